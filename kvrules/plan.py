@@ -1,0 +1,169 @@
+"""The plan: what an engine needs to build its KV cache, and its versioned JSON form."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvrules.config import EngineConfig
+from kvrules.decisions import Decision
+from kvrules.groups import KVCacheGroup, KVCacheTensor
+from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.uniform import UniformTypeKVCacheSpecs
+
+SCHEMA = "kvrules.plan/v1"
+
+
+@dataclass(frozen=True)
+class UnifyResult:
+    """Result of :meth:`Planner.unify`: the unified specs and the decisions taken."""
+
+    specs: Mapping[str, KVCacheSpec]
+    decisions: tuple[Decision, ...]
+
+
+def project_group(group: KVCacheGroup, layers: Mapping[str, Any] | set[str]) -> KVCacheGroup:
+    """``group`` restricted to ``layers`` (a uniform-type spec keeps only those members)."""
+    names = tuple(n for n in group.layer_names if n in layers)
+    spec = group.spec
+    if isinstance(spec, UniformTypeKVCacheSpecs) and names and len(names) != len(spec.kv_cache_specs):
+        spec = UniformTypeKVCacheSpecs(spec.block_size, {n: spec.kv_cache_specs[n] for n in names})
+    return KVCacheGroup(names, spec, group.is_eagle_group)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker's (pipeline stage's) share of the plan.
+
+    :ivar num_blocks: the agreed number of blocks (same on every worker).
+    :ivar tensors: the worker's buffers, sized for ``num_blocks``.
+    :ivar groups: the global groups restricted to this worker's layers (same order).
+    :ivar layout: the name of the tensor layout used.
+    :ivar available_memory: bytes planned against (after ``num_gpu_blocks_override``).
+    :ivar own_num_blocks: blocks this worker's memory alone would give.
+    """
+
+    num_blocks: int
+    tensors: tuple[KVCacheTensor, ...]
+    groups: tuple[KVCacheGroup, ...] = ()
+    layout: str = ""
+    available_memory: int = 0
+    own_num_blocks: int = 0
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of all buffers, a packed backing allocation counted once."""
+        packed = {t.size for t in self.tensors if t.block_stride > 0}
+        plain = sum(t.size for t in self.tensors if t.block_stride == 0)
+        return plain + (max(packed) if packed else 0)
+
+    def layer_names(self) -> tuple[str, ...]:
+        """This worker's layers, group by group."""
+        return tuple(n for g in self.groups for n in g.layer_names)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete KV-cache plan (architecture §3). Build one with :meth:`kvrules.Planner.plan`."""
+
+    groups: tuple[KVCacheGroup, ...]
+    workers: tuple[WorkerPlan, ...]
+    num_blocks: int
+    specs: Mapping[str, KVCacheSpec]
+    decisions: tuple[Decision, ...]
+    max_concurrency: float
+    capacity_tokens: int
+    max_model_len: int
+    config: EngineConfig
+    strategy_set: str = "default"
+    rules: tuple[str, ...] = ()
+    route: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan in schema ``kvrules.plan/v1`` (plain JSON values)."""
+        return {
+            "schema": SCHEMA,
+            "strategy_set": self.strategy_set,
+            "rules": list(self.rules),
+            "route": self.route,
+            "max_model_len": self.max_model_len,
+            "num_blocks": self.num_blocks,
+            "max_concurrency": None if math.isinf(self.max_concurrency) else self.max_concurrency,
+            "capacity_tokens": self.capacity_tokens,
+            "config": self.config.to_dict(),
+            "specs": {name: spec.to_dict() for name, spec in self.specs.items()},
+            "groups": [g.to_dict() for g in self.groups],
+            "workers": [
+                {
+                    "num_blocks": w.num_blocks,
+                    "own_num_blocks": w.own_num_blocks,
+                    "layout": w.layout,
+                    "available_memory": w.available_memory,
+                    "allocated_bytes": w.allocated_bytes,
+                    "groups": [list(g.layer_names) for g in w.groups],
+                    "tensors": [t.to_dict() for t in w.tensors],
+                }
+                for w in self.workers
+            ],
+            "decisions": [d.to_dict() for d in self.decisions],
+            **({"extra": dict(self.extra)} if self.extra else {}),
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+    ) -> Plan:
+        """Rebuild a plan from :meth:`to_dict` output."""
+        from kvrules.errors import ModelFileError
+        from kvrules.specs.io import spec_from_dict
+
+        if data.get("schema") != SCHEMA:
+            raise ModelFileError(f"not a kvrules plan: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+        specs = {n: spec_from_dict(s, layer=n, spec_types=spec_types) for n, s in data["specs"].items()}
+        groups = tuple(
+            KVCacheGroup(
+                tuple(g["layer_names"]),
+                spec_from_dict(g["spec"], spec_types=spec_types),
+                bool(g.get("is_eagle_group", False)),
+            )
+            for g in data["groups"]
+        )
+        workers = []
+        for w in data["workers"]:
+            wgroups = tuple(
+                project_group(g, set(names)) for g, names in zip(groups, w["groups"], strict=True)
+            )
+            workers.append(
+                WorkerPlan(
+                    num_blocks=int(w["num_blocks"]),
+                    tensors=tuple(KVCacheTensor.from_dict(t) for t in w["tensors"]),
+                    groups=wgroups,
+                    layout=w.get("layout", ""),
+                    available_memory=int(w.get("available_memory", 0)),
+                    own_num_blocks=int(w.get("own_num_blocks", 0)),
+                )
+            )
+        mc = data["max_concurrency"]
+        return cls(
+            groups=groups,
+            workers=tuple(workers),
+            num_blocks=int(data["num_blocks"]),
+            specs=specs,
+            decisions=tuple(Decision.from_dict(d) for d in data.get("decisions", ())),
+            max_concurrency=float("inf") if mc is None else float(mc),
+            capacity_tokens=int(data["capacity_tokens"]),
+            max_model_len=int(data["max_model_len"]),
+            config=EngineConfig.from_dict(data["config"]),
+            strategy_set=data.get("strategy_set", ""),
+            rules=tuple(data.get("rules", ())),
+            route=data.get("route", ""),
+            extra=dict(data.get("extra", {})),
+        )

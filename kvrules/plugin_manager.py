@@ -1,0 +1,174 @@
+"""Plugin manager factory: built-ins always, third parties through entry points.
+
+Built-in plugins are declared as entry points in the group ``kvrules.plugins`` exactly like a
+third party's and listed by name in :data:`BUILTIN_PLUGINS`. Third-party autoload is turned off
+by setting ``KVRULES_DISABLE_PLUGIN_AUTOLOAD``; any plugin (built-in too) can be blocked by name.
+Set ``KVRULES_TRACE=1`` to print every hook call to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pluggy
+import structlog
+
+from kvrules import hookspecs
+from kvrules.errors import KVRulesError, PluginError
+from kvrules.registry import Registries
+
+ENTRY_POINT_GROUP = "kvrules.plugins"
+AUTOLOAD_ENV = "KVRULES_DISABLE_PLUGIN_AUTOLOAD"
+TRACE_ENV = "KVRULES_TRACE"
+
+#: entry-point names of the plugins that ship with kvrules (always loaded unless blocked)
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "spec-types",
+    "page-unify",
+    "routers",
+    "groupers",
+    "converters",
+    "layouts",
+)
+
+REGISTRATION_HOOKS: tuple[tuple[str, str], ...] = (
+    ("kvrules_register_spec_types", "spec_types"),
+    ("kvrules_register_rules", "rules"),
+    ("kvrules_register_allocators", "allocators"),
+    ("kvrules_register_architectures", "architectures"),
+)
+
+log = structlog.get_logger("kvrules")
+
+
+class KVRulesPluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers each plugin's distribution and caches its registries."""
+
+    def __init__(self) -> None:
+        super().__init__("kvrules")
+        self.add_hookspecs(hookspecs)
+        self.distinfo: dict[str, str] = {}
+        self._registries: Registries | None = None
+
+    def describe(self, name: str) -> str:
+        """``plugin 'name' (dist version)`` for error messages."""
+        dist = self.distinfo.get(name)
+        return f"plugin {name!r}" + (f" ({dist})" if dist else "")
+
+    @property
+    def registries(self) -> Registries:
+        """Everything the registered plugins contributed (collected once)."""
+        if self._registries is None:
+            self._registries = collect_registries(self)
+        return self._registries
+
+
+def _autoload_disabled() -> bool:
+    return bool(os.environ.get(AUTOLOAD_ENV))
+
+
+def _load(pm: KVRulesPluginManager, ep: EntryPoint) -> None:
+    try:
+        plugin = ep.load()
+    except Exception as exc:
+        raise PluginError(f'error loading plugin "{ep.name}": {type(exc).__name__}: {exc}') from exc
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        pm.distinfo[ep.name] = f"{dist.metadata['Name']} {dist.version}"
+    pm.register(plugin, name=ep.name)
+    if structlog.is_configured():
+        log.debug("kvrules.plugin.loaded", plugin=ep.name, distribution=pm.distinfo.get(ep.name))
+
+
+def get_plugin_manager(
+    *,
+    autoload: bool = True,
+    plugins: Iterable[Any] = (),
+    blocked: Iterable[str] = (),
+) -> KVRulesPluginManager:
+    """A fresh plugin manager with the built-ins, autoloaded third parties and ``plugins``.
+
+    :param autoload: load third-party entry points (also off when ``KVRULES_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    :param plugins: extra plugin objects to register (named by their ``name`` attribute or ``__name__``).
+    :param blocked: plugin names never to register, built-ins included.
+    :raises PluginError: a plugin fails to load, or kvrules' own entry points are missing.
+    """
+    pm = KVRulesPluginManager()
+    for name in blocked:
+        pm.set_blocked(name)
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    missing = [name for name in BUILTIN_PLUGINS if name not in found]
+    if missing:
+        raise PluginError(
+            f"kvrules is not installed (its entry points {', '.join(missing)} in group "
+            f"{ENTRY_POINT_GROUP!r} are missing); install it with `pip install -e .` from the repository"
+        )
+    for name in BUILTIN_PLUGINS:
+        if not pm.is_blocked(name) and pm.get_plugin(name) is None:
+            _load(pm, found[name])
+    if autoload and not _autoload_disabled():
+        for name, ep in sorted(found.items()):
+            if name in BUILTIN_PLUGINS or pm.is_blocked(name) or pm.get_plugin(name) is not None:
+                continue
+            _load(pm, ep)
+    for plugin in plugins:
+        name = getattr(plugin, "name", None) or getattr(plugin, "__name__", None) or repr(plugin)
+        if pm.is_blocked(str(name)) or pm.get_plugin(str(name)) is not None:
+            continue
+        pm.register(plugin, name=str(name))
+    pm.check_pending()
+    if os.environ.get(TRACE_ENV):
+        enable_trace(pm)
+    return pm
+
+
+def enable_trace(pm: pluggy.PluginManager, stream: Any = None) -> None:
+    """Print every hook call and its result to ``stream`` (stderr by default)."""
+    out = stream or sys.stderr
+
+    def before(hook_name: str, impls: Any, kwargs: Any) -> None:
+        names = ", ".join(impl.plugin_name for impl in impls)
+        print(f"kvrules trace: call {hook_name}({', '.join(kwargs)}) -> [{names}]", file=out)
+
+    def after(outcome: Any, hook_name: str, impls: Any, kwargs: Any) -> None:
+        print(f"kvrules trace: done {hook_name}", file=out)
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+def collect_registries(pm: KVRulesPluginManager) -> Registries:
+    """Call every registration hook plugin by plugin, recording each object's provider."""
+    registries = Registries()
+    plugins = pm.list_name_plugin()
+    for hook_name, attr in REGISTRATION_HOOKS:
+        registry = getattr(registries, attr)
+        for name, plugin in plugins:
+            others = [p for n, p in plugins if p is not plugin]
+            caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+            registry.provider = pm.describe(name)
+            try:
+                caller(registry=registry)
+            except KVRulesError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"{pm.describe(name)} failed in {hook_name}: {type(exc).__name__}: {exc}"
+                ) from exc
+        registry.provider = "<direct>"
+    return registries
+
+
+@lru_cache(maxsize=1)
+def default_plugin_manager() -> KVRulesPluginManager:
+    """The process-wide default manager, built on first use (never at import time)."""
+    return get_plugin_manager()
+
+
+def default_registries() -> Registries:
+    """Registries of :func:`default_plugin_manager`."""
+    return default_plugin_manager().registries

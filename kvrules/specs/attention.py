@@ -1,0 +1,344 @@
+"""Attention spec types, with vLLM's field names and page-size formulas (formulas.md §1.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kvrules.dtypes import dtype_name, dtype_size
+from kvrules.errors import SpecError
+from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, check_int, round_up
+
+if TYPE_CHECKING:
+    from kvrules.config import EngineConfig
+
+#: bytes per token of DeepSeek-V3.2's fp8_ds_mla cache (512 fp8 + 4 x fp32 scales + 64 bf16 RoPE)
+FP8_DS_MLA_V32_TOKEN_BYTES = 656
+#: bytes per stored token of DeepSeek-V4's fp8_ds_mla cache (448 fp8 + 64 bf16 RoPE + 7 scales + 1)
+FP8_DS_MLA_V4_TOKEN_BYTES = 584
+#: bytes of one per-token-head scale (fp32)
+SCALE_BYTES = 4
+
+
+def quantized_head_dim(head_size: int, mode: KVQuantMode) -> int:
+    """Elements stored per head for ``mode`` (NVFP4 packs two values a byte plus a scale per 16)."""
+    if mode is KVQuantMode.NVFP4:
+        return head_size // 2 + head_size // 16
+    if mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
+        return head_size // 2
+    return head_size
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class AttentionSpec(KVCacheSpec):
+    """Common fields of attention layers: a page holds ``block_size`` tokens of K and V."""
+
+    num_kv_heads: int
+    head_size: int
+    dtype: Any
+    head_size_v: int | None = None
+    kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+    page_size_padded: int | None = None
+    indexes_kv_by_block_stride: bool = False
+
+    default_head_size_v_is_head_size: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cls = type(self).__name__
+        check_int(f"{cls}.num_kv_heads", self.num_kv_heads)
+        check_int(f"{cls}.head_size", self.head_size)
+        object.__setattr__(self, "dtype", dtype_name(self.dtype, field=f"{cls}.dtype"))
+        object.__setattr__(
+            self, "kv_quant_mode", KVQuantMode.parse(self.kv_quant_mode, field=f"{cls}.kv_quant_mode")
+        )
+        if self.head_size_v is None:
+            default = self.head_size if self.default_head_size_v_is_head_size else 0
+            object.__setattr__(self, "head_size_v", default)
+        check_int(f"{cls}.head_size_v", self.head_size_v, minimum=0)
+        if not isinstance(self.indexes_kv_by_block_stride, bool):
+            raise SpecError(
+                f"{cls}.indexes_kv_by_block_stride={self.indexes_kv_by_block_stride!r} must be true or false"
+            )
+        self._validate_extra()
+        self._derive()
+        if self.real_page_size_bytes <= 0:
+            raise SpecError(
+                f"{cls} with block_size={self.block_size} holds no bytes "
+                f"(real page {self.real_page_size_bytes}); increase block_size"
+            )
+        check_int(f"{cls}.page_size_padded", self.page_size_padded, optional=True)
+        if self.page_size_padded is not None and self.page_size_padded < self.unpadded_page_size_bytes:
+            raise SpecError(
+                f"{cls}.page_size_padded={self.page_size_padded} is smaller than the real page "
+                f"({self.unpadded_page_size_bytes} bytes); padding can only add bytes"
+            )
+
+    def _validate_extra(self) -> None:
+        """Subclass hook: validate type-specific fields."""
+
+    def _derive(self) -> None:
+        """Subclass hook: set derived fields (runs after validation, before page checks)."""
+
+    @property
+    def storage_block_size(self) -> int:
+        """Tokens stored per block (MLA with compression stores fewer)."""
+        return self.block_size
+
+    @property
+    def dtype_size(self) -> int:
+        """Bytes per element of :attr:`dtype`."""
+        return dtype_size(self.dtype)
+
+    @cached_property
+    def real_page_size_bytes(self) -> int:  # type: ignore[override]
+        mode = self.kv_quant_mode
+        head_v = self.head_size_v if self.head_size_v is not None else self.head_size
+        per_head = quantized_head_dim(self.head_size, mode) + quantized_head_dim(head_v, mode)
+        return self.storage_block_size * self.num_kv_heads * per_head * self.dtype_size
+
+    @cached_property
+    def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
+        scales = 0
+        if self.kv_quant_mode.is_per_token_head:
+            scales = 2 * self.storage_block_size * self.num_kv_heads * SCALE_BYTES
+        return self.real_page_size_bytes + scales
+
+    @cached_property
+    def page_size_bytes(self) -> int:  # type: ignore[override]
+        if self.page_size_padded is not None:
+            return self.page_size_padded
+        return self.unpadded_page_size_bytes
+
+    def _full_attention_tokens(self, config: EngineConfig) -> int:
+        cp = config.context_parallel_size
+        return config.max_model_len if cp == 1 else cdiv(config.max_model_len, cp)
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        return cdiv(self._full_attention_tokens(config), self.block_size) * self.page_size_bytes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class FullAttentionSpec(AttentionSpec):
+    """Full (causal) attention: every token of the request stays in the cache."""
+
+    type_name: ClassVar[str] = "full_attention"
+    mergeable_fields: ClassVar[tuple[str, ...]] = ("sliding_window", "attention_chunk_size")
+
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+
+    def _validate_extra(self) -> None:
+        cls = type(self).__name__
+        check_int(f"{cls}.sliding_window", self.sliding_window, optional=True)
+        check_int(f"{cls}.attention_chunk_size", self.attention_chunk_size, optional=True)
+
+    def uniform_type_key(self) -> Hashable | None:
+        return ("full",)
+
+    @classmethod
+    def merge(cls, specs: Any) -> Any:
+        merged = super().merge(specs)
+        if merged.sliding_window is not None and merged.attention_chunk_size is not None:
+            raise ValueError("a group cannot mix sliding-window and chunked-local full attention")
+        return merged
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SinkFullAttentionSpec(FullAttentionSpec):
+    """Full attention with static sink tokens (openPangu); memory as full attention."""
+
+    type_name: ClassVar[str] = "sink_full_attention"
+
+    sink_len: int | None = None
+
+    def _validate_extra(self) -> None:
+        super()._validate_extra()
+        check_int(f"{type(self).__name__}.sink_len", self.sink_len, minimum=0, optional=True)
+
+
+class _MLAMixin:
+    """Page formula shared by MLA and sliding-window MLA (one latent vector per token, no x2)."""
+
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str
+    kv_quant_mode: KVQuantMode
+    page_size_padded: int | None
+    cache_dtype_str: str | None
+    alignment: int | None
+    compress_ratio: int
+    model_version: str | None
+    dtype_size: int
+
+    def _validate_mla(self) -> None:
+        cls = type(self).__name__
+        check_int(f"{cls}.compress_ratio", self.compress_ratio)
+        check_int(f"{cls}.alignment", self.alignment, optional=True)
+        if self.cache_dtype_str is not None and not isinstance(self.cache_dtype_str, str):
+            raise SpecError(f"{cls}.cache_dtype_str={self.cache_dtype_str!r} must be a string")
+        if self.model_version is not None and not isinstance(self.model_version, str):
+            raise SpecError(f"{cls}.model_version={self.model_version!r} must be a string")
+
+    @property
+    def storage_block_size(self) -> int:
+        return self.block_size // self.compress_ratio
+
+    def _mla_real_page(self, *, v32_layout: bool) -> int:
+        sbs = self.storage_block_size
+        if self.cache_dtype_str == "fp8_ds_mla":
+            if self.model_version == "deepseek_v4":
+                return sbs * FP8_DS_MLA_V4_TOKEN_BYTES
+            if v32_layout:
+                return self.block_size * FP8_DS_MLA_V32_TOKEN_BYTES
+        head = self.head_size
+        if self.kv_quant_mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
+            head //= 2
+        return sbs * self.num_kv_heads * head * self.dtype_size
+
+    def _apply_alignment(self) -> None:
+        """With ``alignment`` set, pad the page up to a multiple of it (unless padded further)."""
+        if self.alignment is None:
+            return
+        real = self._mla_real_page(v32_layout=isinstance(self, MLAAttentionSpec))
+        aligned = round_up(real, self.alignment)
+        if aligned != real and (self.page_size_padded is None or self.page_size_padded < aligned):
+            object.__setattr__(self, "page_size_padded", aligned)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
+    """Multi-head latent attention: one latent vector of ``head_size`` per stored token."""
+
+    type_name: ClassVar[str] = "mla"
+    default_head_size_v_is_head_size: ClassVar[bool] = False
+
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    compress_ratio: int = 1
+    model_version: str | None = None
+
+    def _validate_extra(self) -> None:
+        super()._validate_extra()
+        self._validate_mla()
+
+    def _derive(self) -> None:
+        if self.storage_block_size > 0:
+            self._apply_alignment()
+
+    @cached_property
+    def real_page_size_bytes(self) -> int:  # type: ignore[override]
+        return self._mla_real_page(v32_layout=True)
+
+    @cached_property
+    def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
+        return self.real_page_size_bytes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SlidingWindowSpec(AttentionSpec):
+    """Sliding-window attention: only the last ``sliding_window`` tokens are kept."""
+
+    type_name: ClassVar[str] = "sliding_window"
+
+    sliding_window: int
+    extra_retained_tokens: int = 0
+
+    def _validate_extra(self) -> None:
+        cls = type(self).__name__
+        check_int(f"{cls}.sliding_window", self.sliding_window)
+        check_int(f"{cls}.extra_retained_tokens", self.extra_retained_tokens, minimum=0)
+
+    def uniform_type_key(self) -> Hashable | None:
+        return ("sliding_window", self.sliding_window)
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        if config.context_parallel_size != 1:
+            raise SpecError(
+                "sliding-window layers do not support decode/prefill context parallelism "
+                f"(DCP x PCP = {config.context_parallel_size}); set both to 1"
+            )
+        extra = max(self.extra_retained_tokens, config.extra_retained_tokens)
+        tokens = min(
+            self.sliding_window - 1 + extra + config.max_num_batched_tokens, config.max_model_len
+        )
+        return (cdiv(tokens, self.block_size) + 1) * self.page_size_bytes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
+    """Sliding-window MLA (DeepSeek-V4's SWA and compressor-state caches)."""
+
+    type_name: ClassVar[str] = "sliding_window_mla"
+    default_head_size_v_is_head_size: ClassVar[bool] = False
+
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    compress_ratio: int = 1
+    model_version: str | None = None
+
+    def _validate_extra(self) -> None:
+        super()._validate_extra()
+        self._validate_mla()
+        if self.model_version not in (None, "deepseek_v4"):
+            raise SpecError(
+                f"SlidingWindowMLASpec.model_version={self.model_version!r} is not supported; "
+                "use null or 'deepseek_v4'"
+            )
+
+    def _derive(self) -> None:
+        if self.storage_block_size > 0:
+            self._apply_alignment()
+
+    @cached_property
+    def real_page_size_bytes(self) -> int:  # type: ignore[override]
+        return self._mla_real_page(v32_layout=False)
+
+    @cached_property
+    def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
+        return self.real_page_size_bytes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ChunkedLocalAttentionSpec(AttentionSpec):
+    """Chunked local attention (Llama 4): tokens of the current chunk only."""
+
+    type_name: ClassVar[str] = "chunked_local"
+
+    attention_chunk_size: int
+
+    def _validate_extra(self) -> None:
+        check_int(f"{type(self).__name__}.attention_chunk_size", self.attention_chunk_size)
+
+    def uniform_type_key(self) -> Hashable | None:
+        return ("chunked_local", self.attention_chunk_size)
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        tokens = min(self.attention_chunk_size + config.max_num_batched_tokens, config.max_model_len)
+        return cdiv(tokens, self.block_size) * self.page_size_bytes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CrossAttentionSpec(AttentionSpec):
+    """Cross attention of an encoder-decoder model: holds the encoder's tokens."""
+
+    type_name: ClassVar[str] = "cross_attention"
+
+    def uniform_type_key(self) -> Hashable | None:
+        return ("cross_attention",)
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        return cdiv(config.encoder_input_tokens, self.block_size) * self.page_size_bytes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class EncoderOnlyAttentionSpec(AttentionSpec):
+    """Encoder-only attention: nothing is cached between steps."""
+
+    type_name: ClassVar[str] = "encoder_only"
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        return 0

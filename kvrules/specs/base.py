@@ -1,0 +1,216 @@
+"""The spec base class: what one page of a layer's KV cache holds and what it costs.
+
+Contract for every spec type (built-in or third-party):
+
+* it is an immutable dataclass; invalid values raise :class:`~kvrules.SpecError` on construction;
+* ``type_name`` is the model-file type name; ``page_size_bytes`` is the bytes one block of the
+  layer takes in the pool (padding included), ``real_page_size_bytes`` the bytes of real state;
+* ``page_scales_with_block_size`` says whether multiplying ``block_size`` multiplies the page;
+* ``uniform_type_key()`` returns the "same token slots" key: layers whose keys are equal (and not
+  ``None``) and whose block sizes are equal may share one uniform-type group;
+* ``merge(specs)`` returns one spec standing for several layers, or raises ``ValueError``;
+* ``max_memory_usage_bytes(config)`` is the bytes one request of ``config.max_model_len`` needs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from kvrules.errors import SpecError
+
+if TYPE_CHECKING:
+    from kvrules.config import EngineConfig
+
+S = TypeVar("S", bound="KVCacheSpec")
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
+
+
+def round_up(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple``."""
+    return cdiv(value, multiple) * multiple
+
+
+class KVQuantMode(enum.Enum):
+    """How KV values are quantised (vLLM's member names)."""
+
+    NONE = "none"
+    FP8_PER_TENSOR = "fp8_per_tensor"
+    INT8_PER_TOKEN_HEAD = "int8_per_token_head"
+    FP8_PER_TOKEN_HEAD = "fp8_per_token_head"
+    INT4_PER_TOKEN_HEAD = "int4_per_token_head"
+    NVFP4 = "nvfp4"
+
+    @property
+    def is_per_token_head(self) -> bool:
+        """True for modes that store one fp32 scale per token and head (for K and for V)."""
+        return self in (
+            KVQuantMode.INT8_PER_TOKEN_HEAD,
+            KVQuantMode.FP8_PER_TOKEN_HEAD,
+            KVQuantMode.INT4_PER_TOKEN_HEAD,
+        )
+
+    @classmethod
+    def parse(cls, value: Any, *, field: str = "kv_quant_mode") -> KVQuantMode:
+        """Accept a member, its name or its value, case-insensitively."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            text = value.strip()
+            for member in cls:
+                if text.upper() == member.name or text.lower() == member.value:
+                    return member
+        raise SpecError(
+            f"{field}={value!r} is not a KV quant mode; use one of {', '.join(m.name for m in cls)}"
+        )
+
+    @classmethod
+    def from_cache_dtype(cls, kv_cache_dtype: str) -> KVQuantMode:
+        """vLLM's rule from ``--kv-cache-dtype`` to a quant mode."""
+        text = kv_cache_dtype.lower()
+        direct = {
+            "int4_per_token_head": cls.INT4_PER_TOKEN_HEAD,
+            "int8_per_token_head": cls.INT8_PER_TOKEN_HEAD,
+            "fp8_per_token_head": cls.FP8_PER_TOKEN_HEAD,
+            "nvfp4": cls.NVFP4,
+        }
+        if text in direct:
+            return direct[text]
+        if text.startswith("fp8"):
+            return cls.FP8_PER_TENSOR
+        return cls.NONE
+
+
+def check_int(field: str, value: Any, *, minimum: int = 1, optional: bool = False) -> None:
+    """Raise :class:`SpecError` unless ``value`` is an int >= ``minimum`` (or ``None`` if optional)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{field}={value!r} must be an integer")
+    if value < minimum:
+        raise SpecError(f"{field}={value} must be >= {minimum}")
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """Dataclass field names of a spec class, cached."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = tuple(f.name for f in fields(cls))
+        _FIELD_NAMES[cls] = names
+    return names
+
+
+@dataclass(frozen=True, eq=False)
+class KVCacheSpec:
+    """Base of every spec. Subclasses are ``@dataclass(frozen=True, eq=False)``."""
+
+    type_name: ClassVar[str] = ""
+    page_scales_with_block_size: ClassVar[bool] = True
+    #: fields that :meth:`merge` may combine although they differ (at most one non-None value)
+    mergeable_fields: ClassVar[tuple[str, ...]] = ()
+
+    block_size: int
+
+    def __post_init__(self) -> None:
+        check_int(f"{type(self).__name__}.block_size", self.block_size)
+
+    # -- identity -----------------------------------------------------------------------
+    def field_values(self) -> tuple[Any, ...]:
+        """All field values in declaration order."""
+        return tuple(getattr(self, name) for name in field_names(type(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.field_values() == other.field_values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((type(self), self.field_values()))
+            self.__dict__["_hash"] = cached
+        return int(cached)
+
+    # -- sizes ----------------------------------------------------------------------------
+    @property
+    def real_page_size_bytes(self) -> int:
+        """Bytes of real state in one page (no padding)."""
+        raise NotImplementedError
+
+    @property
+    def unpadded_page_size_bytes(self) -> int:
+        """Bytes one page needs before any padding (real state plus quantisation scales)."""
+        return self.real_page_size_bytes
+
+    @property
+    def page_size_bytes(self) -> int:
+        """Bytes one block of this layer takes in the pool, padding included."""
+        padded = getattr(self, "page_size_padded", None)
+        return int(padded) if padded is not None else self.unpadded_page_size_bytes
+
+    @property
+    def padding_bytes(self) -> int:
+        """Bytes of padding in each page."""
+        return self.page_size_bytes - self.unpadded_page_size_bytes
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        """Bytes one request of ``config.max_model_len`` tokens needs for this layer."""
+        raise NotImplementedError
+
+    # -- grouping -------------------------------------------------------------------------
+    def uniform_type_key(self) -> Hashable | None:
+        """The "same token slots" key; ``None`` means this spec never joins a uniform-type group."""
+        return None
+
+    @classmethod
+    def merge(cls: type[S], specs: Sequence[S]) -> S:
+        """One spec standing for all ``specs``; raises ``ValueError`` when they cannot share a group.
+
+        The default requires equal specs except for :attr:`mergeable_fields`, each of which may
+        hold at most one distinct non-``None`` value.
+        """
+        first = specs[0]
+        merged: dict[str, Any] = {}
+        for other in specs:
+            if type(other) is not type(first):
+                raise ValueError(f"{type(other).__name__} cannot merge with {type(first).__name__}")
+        for name in field_names(type(first)):
+            values = {getattr(s, name) for s in specs}
+            if name in cls.mergeable_fields:
+                present = {v for v in values if v is not None}
+                if len(present) > 1:
+                    raise ValueError(f"{name} differs: {sorted(present)}")
+                if present:
+                    merged[name] = present.pop()
+            elif len(values) > 1:
+                raise ValueError(f"{name} differs")
+        if not merged:
+            return first
+        return replace(first, **merged)
+
+    # -- presentation ---------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """The small dict used in decision records (``before`` / ``after``)."""
+        return {
+            "spec_type": self.type_name,
+            "block_size": self.block_size,
+            "page_size_bytes": self.page_size_bytes,
+            "page_size_padded": getattr(self, "page_size_padded", None),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Model-file form: ``type`` plus every field that differs from its default."""
+        from kvrules.specs.io import spec_to_dict
+
+        return spec_to_dict(self)

@@ -1,0 +1,160 @@
+"""Built-in plugin ``converters``: ``hybrid-disabled`` and ``full-allocation-fallback`` (vLLM 0.28)."""
+
+from __future__ import annotations
+
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kvrules import hookimpl
+from kvrules.context import PlanContext
+from kvrules.errors import GroupingError
+from kvrules.groups import KVCacheGroup
+from kvrules.registry import RuleRegistry
+from kvrules.rules import Check, Converter, Fallback, applies, declines
+from kvrules.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+)
+
+from kvrules_plugins.routers import merged_spec
+
+
+def _uniform(specs: Mapping[str, KVCacheSpec]) -> bool:
+    return merged_spec(specs) is not None or UniformTypeKVCacheSpecs.is_uniform_type(specs)
+
+
+def _as_full(spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, block_size: int | None = None) -> FullAttentionSpec:
+    return FullAttentionSpec(
+        block_size if block_size is not None else spec.block_size,
+        num_kv_heads=spec.num_kv_heads,
+        head_size=spec.head_size,
+        head_size_v=spec.head_size_v,
+        dtype=spec.dtype,
+        kv_quant_mode=spec.kv_quant_mode,
+        page_size_padded=spec.page_size_padded if block_size is None else None,
+        indexes_kv_by_block_stride=spec.indexes_kv_by_block_stride,
+        sliding_window=spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None,
+        attention_chunk_size=(
+            spec.attention_chunk_size if isinstance(spec, ChunkedLocalAttentionSpec) else None
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class HybridDisabled(Converter):
+    name: str = "hybrid-disabled"
+    priority: int = 0
+    description: str = (
+        "With the hybrid KV-cache manager disabled, store sliding-window and chunked layers as full attention."
+    )
+
+    def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
+        if not ctx.config.disable_hybrid_kv_cache_manager:
+            return declines("the hybrid KV-cache manager is enabled.")
+        if not specs or _uniform(specs):
+            return declines("the specs are already uniform; nothing to convert.")
+        return applies("the hybrid KV-cache manager is disabled and the specs are hybrid.")
+
+    def convert(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> dict[str, KVCacheSpec]:
+        values = list(specs.values())
+        full = [s for s in values if isinstance(s, FullAttentionSpec)]
+        local = any(isinstance(s, (SlidingWindowSpec, ChunkedLocalAttentionSpec)) for s in values)
+        out = dict(specs)
+        if full and local:
+            full_block = next(
+                (s.block_size for s in full if not isinstance(s, MLAAttentionSpec)), full[0].block_size
+            )
+            for name, spec in specs.items():
+                if isinstance(spec, SlidingWindowMLASpec):
+                    out[name] = MLAAttentionSpec(
+                        full_block,
+                        num_kv_heads=spec.num_kv_heads,
+                        head_size=spec.head_size,
+                        head_size_v=spec.head_size_v,
+                        dtype=spec.dtype,
+                        kv_quant_mode=spec.kv_quant_mode,
+                        page_size_padded=spec.page_size_padded if full_block == spec.block_size else None,
+                        indexes_kv_by_block_stride=spec.indexes_kv_by_block_stride,
+                        sliding_window=spec.sliding_window,
+                        cache_dtype_str=spec.cache_dtype_str,
+                        alignment=spec.alignment,
+                        compress_ratio=spec.compress_ratio,
+                        model_version=spec.model_version,
+                    )
+                elif isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
+                    out[name] = _as_full(spec)
+        if not _uniform(out):
+            kinds = sorted({s.type_name for s in out.values()})
+            raise GroupingError(
+                "the hybrid KV-cache manager is disabled but the layers cannot be converted to one "
+                f"spec type (types after conversion: {', '.join(kinds)}); enable the hybrid manager "
+                "(disable_hybrid_kv_cache_manager=False)"
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class FullAllocationFallback(Fallback):
+    name: str = "full-allocation-fallback"
+    priority: int = 0
+    description: str = (
+        "MLA target beside sliding-window layers whose pages cannot be unified: allocate those "
+        "layers as full attention in one uniform-type group (vLLM #48776)."
+    )
+
+    def _mla_block(self, specs: Mapping[str, KVCacheSpec]) -> int | None:
+        sizes = {s.block_size for s in specs.values() if isinstance(s, MLAAttentionSpec)}
+        return sizes.pop() if len(sizes) == 1 else None
+
+    def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
+        values = list(specs.values())
+        if not any(isinstance(s, MLAAttentionSpec) for s in values):
+            return declines("no MLA layer.")
+        for spec in values:
+            if isinstance(spec, MLAAttentionSpec):
+                continue
+            if type(spec) is not SlidingWindowSpec:
+                return declines(f"a {spec.type_name} layer is present; only MLA + sliding-window models qualify.")
+        if not any(type(s) is SlidingWindowSpec for s in values):
+            return declines("no regular sliding-window layer.")
+        if self._mla_block(specs) is None:
+            return declines("the MLA layers do not share one block size.")
+        return applies("MLA target with regular sliding-window layers: allocate them as full attention.")
+
+    def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
+        block = self._mla_block(specs)
+        if block is None:
+            raise GroupingError("full-allocation-fallback: the MLA layers do not share one block size")
+        out: dict[str, KVCacheSpec] = {}
+        for name, spec in specs.items():
+            if type(spec) is SlidingWindowSpec:
+                out[name] = _as_full(spec, block)
+                ctx.decisions.record(
+                    "route",
+                    self.name,
+                    "applied",
+                    "treating this sliding-window layer as full attention for cache allocation.",
+                    layer=name,
+                    before=spec.summary(),
+                    after=out[name].summary(),
+                )
+            else:
+                out[name] = spec
+        if not UniformTypeKVCacheSpecs.is_uniform_type(out):
+            raise GroupingError("full-allocation-fallback: the converted layers are not of one type")
+        return [KVCacheGroup(tuple(out), UniformTypeKVCacheSpecs(block, out))]
+
+
+@hookimpl
+def kvrules_register_rules(registry: RuleRegistry) -> None:
+    registry.add(HybridDisabled())
+    registry.add(FullAllocationFallback())
+
+
+__all__ = ["FullAllocationFallback", "HybridDisabled"]

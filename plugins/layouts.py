@@ -1,0 +1,138 @@
+"""Built-in plugin ``layouts``: ``shared-pool``, ``per-layer`` and ``packed`` (vLLM 0.28, formulas §4.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvrules import hookimpl
+from kvrules.capacity import total_blocks_per_request
+from kvrules.config import EngineConfig
+from kvrules.context import PlanContext
+from kvrules.errors import GroupingError
+from kvrules.groups import KVCacheGroup, KVCacheTensor
+from kvrules.registry import RuleRegistry
+from kvrules.rules import Check, Layout, applies, declines
+from kvrules.specs import UniformTypeKVCacheSpecs
+
+
+def _uniform_groups(groups: Sequence[KVCacheGroup]) -> list[UniformTypeKVCacheSpecs]:
+    return [g.spec for g in groups if g.layer_names and isinstance(g.spec, UniformTypeKVCacheSpecs)]
+
+
+@dataclass(frozen=True)
+class SharedPool(Layout):
+    name: str = "shared-pool"
+    priority: int = 100
+    description: str = (
+        "group_size tensors of page x num_blocks; tensor i is shared by the i-th layer of every group."
+    )
+
+    def _page(self, groups: Sequence[KVCacheGroup]) -> int:
+        pages = {g.spec.page_size_bytes for g in groups}
+        if len(pages) != 1:
+            raise GroupingError(f"shared-pool layout needs one page size across groups, got {sorted(pages)}")
+        return pages.pop()
+
+    def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
+        if any(isinstance(g.spec, UniformTypeKVCacheSpecs) for g in groups):
+            return declines("uniform-type groups keep one tensor per layer.")
+        pages = {g.spec.page_size_bytes for g in groups}
+        if len(pages) != 1:
+            return declines(f"groups have {len(pages)} page sizes; a shared pool needs one.")
+        size = max(len(g.layer_names) for g in groups)
+        return applies(f"{len(groups)} groups of up to {size} layers share {size} tensors of {pages.pop()}-byte pages.")
+
+    def block_bytes(self, groups: Sequence[KVCacheGroup]) -> int:
+        return max(len(g.layer_names) for g in groups) * self._page(groups)
+
+    def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
+        return self.block_bytes(groups) * total_blocks_per_request(groups, config)
+
+    def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
+        page = self._page(groups)
+        size = max(len(g.layer_names) for g in groups)
+        return tuple(
+            KVCacheTensor(
+                page * num_blocks,
+                tuple(g.layer_names[i] for g in groups if i < len(g.layer_names)),
+            )
+            for i in range(size)
+        )
+
+
+@dataclass(frozen=True)
+class PerLayer(Layout):
+    name: str = "per-layer"
+    priority: int = 200
+    description: str = "One uniform-type group: one tensor of page_i x num_blocks per layer."
+
+    def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
+        live = [g for g in groups if g.layer_names]
+        if len(live) != 1 or not isinstance(live[0].spec, UniformTypeKVCacheSpecs):
+            return declines("needs exactly one uniform-type group.")
+        return applies(f"one uniform-type group of {len(live[0].layer_names)} layers, one tensor each.")
+
+    def _spec(self, groups: Sequence[KVCacheGroup]) -> UniformTypeKVCacheSpecs:
+        (spec,) = _uniform_groups(groups)
+        return spec
+
+    def block_bytes(self, groups: Sequence[KVCacheGroup]) -> int:
+        return self._spec(groups).page_size_bytes
+
+    def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
+        return sum(s.max_memory_usage_bytes(config) for s in self._spec(groups).kv_cache_specs.values())
+
+    def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
+        return tuple(
+            KVCacheTensor(spec.page_size_bytes * num_blocks, (name,))
+            for name, spec in self._spec(groups).kv_cache_specs.items()
+        )
+
+
+@dataclass(frozen=True)
+class Packed(Layout):
+    name: str = "packed"
+    priority: int = 300
+    description: str = (
+        "Several uniform-type groups packed into one slab: each block holds every group's pages "
+        "back to back (DeepSeek-V4, vLLM 0.28)."
+    )
+
+    def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
+        live = [g for g in groups if g.layer_names]
+        if len(live) < 2 or not all(isinstance(g.spec, UniformTypeKVCacheSpecs) for g in live):
+            return declines("needs two or more uniform-type groups.")
+        return applies(f"{len(live)} uniform-type groups packed into one backing allocation.")
+
+    def block_bytes(self, groups: Sequence[KVCacheGroup]) -> int:
+        return max(s.page_size_bytes for s in _uniform_groups(groups))
+
+    def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
+        specs = _uniform_groups(groups)
+        tuples = max(s.num_layer_tuples() for s in specs)
+        tuple_bytes = sum(specs[0].page_sizes())
+        pages = sum(s.blocks_per_request(config) for s in specs)
+        return tuples * pages * tuple_bytes
+
+    def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
+        stride = self.block_bytes(groups)
+        at: dict[int, list[str]] = {}
+        for spec in _uniform_groups(groups):
+            offset = 0
+            for name, member in spec.kv_cache_specs.items():
+                at.setdefault(offset, []).append(name)
+                offset += member.page_size_bytes
+        return tuple(
+            KVCacheTensor(num_blocks * stride, tuple(at[offset]), offset, stride) for offset in sorted(at)
+        )
+
+
+@hookimpl
+def kvrules_register_rules(registry: RuleRegistry) -> None:
+    registry.add(SharedPool())
+    registry.add(PerLayer())
+    registry.add(Packed())
+
+
+__all__ = ["Packed", "PerLayer", "SharedPool"]

@@ -1,0 +1,109 @@
+"""Built-in plugin ``page-unify``: the layer strategies ``mamba-pad``, ``block-scale``, ``stride-pad``.
+
+Semantics follow vLLM 0.28 (PRs #45207 and #45181): a Mamba page is padded (its block size is
+kept); a page that divides the target and scales with ``block_size`` gets a larger block size;
+an attention layer whose backend reads pages by block stride is padded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from kvrules import hookimpl
+from kvrules.context import PlanContext
+from kvrules.registry import RuleRegistry
+from kvrules.rules import Check, LayerStrategy, applies, declines
+from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
+
+
+@dataclass(frozen=True)
+class MambaPad(LayerStrategy):
+    """Pad a Mamba state page up to the target page; the block size stays."""
+
+    touches: ClassVar[frozenset[str]] = frozenset({"page_size_padded"})
+
+    name: str = "mamba-pad"
+    priority: int = 300
+    description: str = "Pad a Mamba layer's state page to the target page (block_size unchanged)."
+
+    def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
+        if not isinstance(spec, MambaSpec):
+            return declines(f"not a Mamba layer ({spec.type_name}).")
+        return applies(
+            f"Mamba page {spec.page_size_bytes} bytes is fixed by its state shapes; pad it to "
+            f"{target} bytes (+{target - spec.page_size_bytes} bytes) and keep block_size {spec.block_size}."
+        )
+
+    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
+        return dataclasses.replace(spec, page_size_padded=target)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class BlockScale(LayerStrategy):
+    """Multiply ``block_size`` when the target is a whole multiple of the page."""
+
+    touches: ClassVar[frozenset[str]] = frozenset({"block_size", "page_size_padded"})
+
+    name: str = "block-scale"
+    priority: int = 200
+    description: str = "Multiply block_size when the target page is a whole multiple of the layer's page."
+
+    def _scaled(self, spec: KVCacheSpec, target: int) -> KVCacheSpec:
+        ratio = target // spec.page_size_bytes
+        return dataclasses.replace(spec, block_size=spec.block_size * ratio)
+
+    def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
+        page = spec.page_size_bytes
+        if not spec.page_scales_with_block_size:
+            return declines(f"the page of a {spec.type_name} layer does not grow with block_size.")
+        if target % page:
+            return declines(f"target {target} bytes is not a whole multiple of the page ({page} bytes).")
+        scaled = self._scaled(spec, target)
+        if scaled.page_size_bytes != target:
+            return declines(
+                f"block_size {scaled.block_size} would give a page of {scaled.page_size_bytes} bytes, "
+                f"not {target}."
+            )
+        return applies(
+            f"target {target} bytes = {target // page} x page {page} bytes; block_size "
+            f"{spec.block_size} -> {scaled.block_size}."
+        )
+
+    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
+        return self._scaled(spec, target)
+
+
+@dataclass(frozen=True)
+class StridePad(LayerStrategy):
+    """Pad an attention page whose backend reads KV pages by block stride."""
+
+    touches: ClassVar[frozenset[str]] = frozenset({"page_size_padded"})
+
+    name: str = "stride-pad"
+    priority: int = 100
+    description: str = "Pad an attention page when its backend indexes KV by block stride."
+
+    def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
+        if not isinstance(spec, AttentionSpec):
+            return declines(f"not an attention layer ({spec.type_name}).")
+        if not spec.indexes_kv_by_block_stride:
+            return declines(
+                "its attention backend does not read KV pages by block stride "
+                "(indexes_kv_by_block_stride is false), so its page cannot be padded."
+            )
+        return applies(
+            f"the backend reads pages by block stride; pad the page from {spec.page_size_bytes} to "
+            f"{target} bytes (+{target - spec.page_size_bytes})."
+        )
+
+    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
+        return dataclasses.replace(spec, page_size_padded=target)  # type: ignore[type-var]
+
+
+@hookimpl
+def kvrules_register_rules(registry: RuleRegistry) -> None:
+    registry.add(MambaPad())
+    registry.add(BlockScale())
+    registry.add(StridePad())

@@ -1,0 +1,101 @@
+"""Loads the shared vLLM 0.28.0 cases (``../shared/cases``) into kvrules inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kvrules
+from kvrules import EngineConfig, KVCacheSpec, KVQuantMode, MambaSpec
+
+CASES_DIR = Path(
+    os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parents[2] / "shared" / "cases")
+)
+
+
+def case_names() -> list[str]:
+    """Names of every case that has a vLLM answer."""
+    return sorted(p.name[: -len(".vllm.json")] for p in CASES_DIR.glob("*.vllm.json"))
+
+
+@dataclass
+class Case:
+    name: str
+    workers: list[dict[str, KVCacheSpec]]
+    all_specs: dict[str, KVCacheSpec]
+    memory: list[int]
+    config: EngineConfig
+    answer: dict[str, Any]
+
+
+def _layer_spec(name: str, data: dict[str, Any], mamba_mode: str | None) -> KVCacheSpec:
+    data = dict(data)
+    cache_dtype = data.pop("kv_cache_dtype", None)
+    if cache_dtype is not None:
+        data["kv_quant_mode"] = KVQuantMode.from_cache_dtype(cache_dtype).name
+    if data.get("type") == "mamba" and mamba_mode is not None:
+        data.setdefault("mamba_cache_mode", mamba_mode)
+    return kvrules.spec_from_dict(data, layer=name)
+
+
+def load_case(name: str) -> Case:
+    raw = json.loads((CASES_DIR / f"{name}.json").read_text())
+    answer = json.loads((CASES_DIR / f"{name}.vllm.json").read_text())
+    specs = {n: _layer_spec(n, d, raw.get("mamba_cache_mode")) for n, d in raw["layers"].items()}
+    if raw.get("workers"):
+        workers = [{n: specs[n] for n in names} for names in raw["workers"]]
+    else:
+        workers = [specs]
+    memory = raw["available_memory"]
+    memory = list(memory) if isinstance(memory, list) else [memory]
+    length = raw["max_model_len"]
+    auto = length == -1
+    if auto:
+        length = raw["derived_max_model_len"]
+    extra = 0
+    spec_cfg = raw.get("speculative_config")
+    if spec_cfg and spec_cfg.get("method") == "mtp":
+        k = spec_cfg["num_speculative_tokens"]
+        if min(spec_cfg.get("num_nextn_predict_layers", 1), k) > 1:
+            extra = k - 1
+    config = EngineConfig(
+        max_model_len=length,
+        max_num_batched_tokens=raw.get("max_num_batched_tokens", 2048),
+        disable_hybrid_kv_cache_manager=raw.get("disable_hybrid_kv_cache_manager", False),
+        num_gpu_blocks_override=raw.get("num_gpu_blocks_override"),
+        extra_retained_tokens=extra,
+        auto_fit_max_model_len=auto,
+    )
+    return Case(name, workers, specs, memory, config, answer)
+
+
+def spec_triple(spec: dict[str, Any]) -> tuple[int, int, int | None]:
+    return (spec["block_size"], spec["page_size_bytes"], spec["page_size_padded"])
+
+
+def kv_triple(spec: KVCacheSpec) -> tuple[int, int, int | None]:
+    return (spec.block_size, spec.page_size_bytes, getattr(spec, "page_size_padded", None))
+
+
+def expected_layer_specs(answer: dict[str, Any]) -> dict[str, tuple[int, int, int | None]]:
+    """Per-layer (block_size, page, padded) as placed in vLLM's groups."""
+    out = {}
+    for group in answer["kv_cache_groups"]:
+        spec = group["spec"]
+        members = spec.get("kv_cache_specs") or spec.get("layers")
+        for layer in group["layer_names"]:
+            out[layer] = spec_triple(members[layer] if members else spec)
+    return out
+
+
+def tensor_multiset(tensors: list[Any]) -> list[tuple[int, frozenset[str], int, int]]:
+    rows = []
+    for t in tensors:
+        if isinstance(t, dict):
+            rows.append((t["size"], frozenset(t["shared_by"]), t["offset"], t["block_stride"]))
+        else:
+            rows.append((t.size, frozenset(t.shared_by), t.offset, t.block_stride))
+    return sorted(rows, key=lambda r: (r[2], r[0], sorted(r[1])))
