@@ -210,9 +210,7 @@ class Planner:
             specs = new
         return specs
 
-    def _route(
-        self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext
-    ) -> tuple[str, list[KVCacheGroup]]:
+    def _route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> tuple[str, list[KVCacheGroup]]:
         reasons = []
         for rule in ctx.strategies.rules("router"):
             if not isinstance(rule, Router):
@@ -304,9 +302,7 @@ class Planner:
             f"no active layout can hold worker {index}'s groups; asked: {'; '.join(reasons) or 'none active'}"
         )
 
-    def _check_memory(
-        self, states: list[_WorkerState], groups: list[KVCacheGroup], ctx: PlanContext
-    ) -> int:
+    def _check_memory(self, states: list[_WorkerState], groups: list[KVCacheGroup], ctx: PlanContext) -> int:
         config = ctx.config
 
         def need(state: _WorkerState, length: int) -> int:
@@ -408,7 +404,9 @@ def _as_memory_list(memory: MemoryInput, workers: int) -> list[int]:
     if len(values) == 1 and workers > 1:
         values = values * workers
     if len(values) != workers:
-        raise ConfigError(f"available_memory has {len(values)} values for {workers} workers; give one per worker")
+        raise ConfigError(
+            f"available_memory has {len(values)} values for {workers} workers; give one per worker"
+        )
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"available_memory value {value!r} must be a non-negative number of bytes")

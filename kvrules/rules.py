@@ -59,9 +59,7 @@ class Rule:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
-            raise PluginError(
-                f"rule name {self.name!r} is invalid: use lower-case words separated by dashes"
-            )
+            raise PluginError(f"rule name {self.name!r} is invalid: use lower-case words separated by dashes")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise PluginError(f"rule {self.name!r}: priority {self.priority!r} must be an integer")
         if not self.kind:

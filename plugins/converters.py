@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,7 +20,6 @@ from kvrules.specs import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
-
 from kvrules_plugins.routers import merged_spec
 
 
@@ -29,7 +27,9 @@ def _uniform(specs: Mapping[str, KVCacheSpec]) -> bool:
     return merged_spec(specs) is not None or UniformTypeKVCacheSpecs.is_uniform_type(specs)
 
 
-def _as_full(spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, block_size: int | None = None) -> FullAttentionSpec:
+def _as_full(
+    spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, block_size: int | None = None
+) -> FullAttentionSpec:
     return FullAttentionSpec(
         block_size if block_size is not None else spec.block_size,
         num_kv_heads=spec.num_kv_heads,
@@ -50,9 +50,7 @@ def _as_full(spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, block_size: in
 class HybridDisabled(Converter):
     name: str = "hybrid-disabled"
     priority: int = 0
-    description: str = (
-        "With the hybrid KV-cache manager disabled, store sliding-window and chunked layers as full attention."
-    )
+    description: str = "With the hybrid KV-cache manager disabled, store sliding-window and chunked layers as full attention."
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
         if not ctx.config.disable_hybrid_kv_cache_manager:
@@ -120,7 +118,9 @@ class FullAllocationFallback(Fallback):
             if isinstance(spec, MLAAttentionSpec):
                 continue
             if type(spec) is not SlidingWindowSpec:
-                return declines(f"a {spec.type_name} layer is present; only MLA + sliding-window models qualify.")
+                return declines(
+                    f"a {spec.type_name} layer is present; only MLA + sliding-window models qualify."
+                )
         if not any(type(s) is SlidingWindowSpec for s in values):
             return declines("no regular sliding-window layer.")
         if self._mla_block(specs) is None:

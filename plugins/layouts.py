@@ -41,7 +41,9 @@ class SharedPool(Layout):
         if len(pages) != 1:
             return declines(f"groups have {len(pages)} page sizes; a shared pool needs one.")
         size = max(len(g.layer_names) for g in groups)
-        return applies(f"{len(groups)} groups of up to {size} layers share {size} tensors of {pages.pop()}-byte pages.")
+        return applies(
+            f"{len(groups)} groups of up to {size} layers share {size} tensors of {pages.pop()}-byte pages."
+        )
 
     def block_bytes(self, groups: Sequence[KVCacheGroup]) -> int:
         return max(len(g.layer_names) for g in groups) * self._page(groups)

@@ -7,7 +7,6 @@ an attention layer whose backend reads pages by block stride is padded.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -37,7 +36,7 @@ class MambaPad(LayerStrategy):
         )
 
     def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return dataclasses.replace(spec, page_size_padded=target)  # type: ignore[type-var]
+        return spec.evolve(page_size_padded=target)
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class BlockScale(LayerStrategy):
 
     def _scaled(self, spec: KVCacheSpec, target: int) -> KVCacheSpec:
         ratio = target // spec.page_size_bytes
-        return dataclasses.replace(spec, block_size=spec.block_size * ratio)
+        return spec.evolve(block_size=spec.block_size * ratio)
 
     def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
         page = spec.page_size_bytes
@@ -99,7 +98,7 @@ class StridePad(LayerStrategy):
         )
 
     def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return dataclasses.replace(spec, page_size_padded=target)  # type: ignore[type-var]
+        return spec.evolve(page_size_padded=target)
 
 
 @hookimpl

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import kvrules
-from kvrules import EngineConfig, KVCacheSpec, KVQuantMode, MambaSpec
+from kvrules import EngineConfig, KVCacheSpec, KVQuantMode
 
 CASES_DIR = Path(
     os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parents[2] / "shared" / "cases")

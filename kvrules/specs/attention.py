@@ -262,9 +262,7 @@ class SlidingWindowSpec(AttentionSpec):
                 f"(DCP x PCP = {config.context_parallel_size}); set both to 1"
             )
         extra = max(self.extra_retained_tokens, config.extra_retained_tokens)
-        tokens = min(
-            self.sliding_window - 1 + extra + config.max_num_batched_tokens, config.max_model_len
-        )
+        tokens = min(self.sliding_window - 1 + extra + config.max_num_batched_tokens, config.max_model_len)
         return (cdiv(tokens, self.block_size) + 1) * self.page_size_bytes
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from kvrules.errors import SpecError
 
@@ -142,6 +142,10 @@ class KVCacheSpec:
             self.__dict__["_hash"] = cached
         return int(cached)
 
+    def evolve(self: S, **changes: Any) -> S:
+        """A copy with ``changes`` applied (validated like a new spec)."""
+        return cast(S, replace(cast(Any, self), **changes))
+
     # -- sizes ----------------------------------------------------------------------------
     @property
     def real_page_size_bytes(self) -> int:
@@ -197,7 +201,7 @@ class KVCacheSpec:
                 raise ValueError(f"{name} differs")
         if not merged:
             return first
-        return replace(first, **merged)
+        return first.evolve(**merged)
 
     # -- presentation ---------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def _is_default(spec: KVCacheSpec, field: dataclasses.Field[Any]) -> bool:
         return bool(value == default_v)
     if field.name == "page_size_padded" and getattr(spec, "alignment", None) is not None:
         # derived from ``alignment``: written only when it pads beyond the alignment
-        rebuilt = dataclasses.replace(spec, page_size_padded=None)
+        rebuilt = spec.evolve(page_size_padded=None)
         return bool(rebuilt.page_size_bytes == spec.page_size_bytes)
     if field.default is not dataclasses.MISSING:
         return bool(value == field.default)

@@ -1,0 +1,153 @@
+"""Human-readable text for plans and rule listings (the CLI's tables)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+from kvrules.capacity import blocks_per_request
+from kvrules.plan import Plan
+from kvrules.registry import Registries
+from kvrules.specs.uniform import UniformTypeKVCacheSpecs
+from kvrules.strategies import StrategySet
+from kvrules.units import format_size
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> str:
+    """A plain left-aligned text table."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for index, row in enumerate(cells):
+        lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if index == 0:
+            lines.append(indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _names(names: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... (+{len(names) - limit})" if len(names) > limit else "")
+
+
+def render_plan(plan: Plan, title: str) -> str:
+    """The summary a person reads: groups, tensors, capacity and the decisions that changed something."""
+    out = [f"{title}", f"strategy set: {plan.strategy_set}   route: {plan.route}"]
+    types = Counter(s.type_name for s in plan.specs.values())
+    out.append(f"layers: {len(plan.specs)} ({', '.join(f'{n} {t}' for t, n in types.most_common())})")
+    out.append("")
+    out.append(f"KV-cache groups ({len(plan.groups)}):")
+    rows = []
+    for i, g in enumerate(plan.groups):
+        spec = g.spec
+        kind = spec.type_name
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            kinds = sorted({m.type_name for m in spec.kv_cache_specs.values()})
+            kind = f"uniform_type[{','.join(kinds)}]"
+        padded = spec.page_size_bytes - spec.real_page_size_bytes
+        rows.append(
+            [
+                i,
+                len(g.layer_names),
+                kind,
+                spec.block_size,
+                f"{spec.page_size_bytes:,}",
+                f"{padded:,}" if padded else "-",
+                blocks_per_request(spec, plan.config),
+                _names(list(g.layer_names), 2),
+            ]
+        )
+    out.append(
+        table(["#", "layers", "type", "block", "page B", "padding B", "blocks/req", "first layers"], rows)
+    )
+    out.append("")
+    for w, worker in enumerate(plan.workers):
+        out.append(
+            f"worker {w}: layout {worker.layout or '-'}, {len(worker.tensors)} tensors, "
+            f"num_blocks {worker.num_blocks} (own {worker.own_num_blocks}), memory "
+            f"{format_size(worker.available_memory)}, allocated {format_size(worker.allocated_bytes)}"
+        )
+        rows = [
+            [
+                t,
+                f"{tensor.size:,}",
+                tensor.offset,
+                tensor.block_stride,
+                len(tensor.shared_by),
+                _names(list(tensor.shared_by), 2),
+            ]
+            for t, tensor in enumerate(worker.tensors[:12])
+        ]
+        if rows:
+            out.append(table(["#", "size B", "offset", "block_stride", "layers", "shared by"], rows))
+        if len(worker.tensors) > 12:
+            out.append(f"  ... {len(worker.tensors) - 12} more tensors")
+    out.append("")
+    mc = "unlimited" if math.isinf(plan.max_concurrency) else f"{plan.max_concurrency:.2f}"
+    out.append(
+        f"capacity: max_model_len {plan.max_model_len}, num_blocks {plan.num_blocks}, "
+        f"max concurrency {mc}, capacity {plan.capacity_tokens:,} tokens"
+    )
+    applied: dict[tuple[str, str, str], list[str]] = {}
+    for d in plan.decisions:
+        if d.outcome == "applied" and d.layer is not None:
+            applied.setdefault((d.stage, d.rule, d.reason), []).append(d.layer)
+    if applied:
+        out.append("")
+        out.append("per-layer decisions (applied):")
+        rows = [
+            [stage, rule, len(layers), reason, _names(layers, 2)]
+            for (stage, rule, reason), layers in applied.items()
+        ]
+        out.append(table(["stage", "rule", "layers", "reason", "layers (first)"], rows))
+    model = [d for d in plan.decisions if d.layer is None and d.outcome == "applied"]
+    if model:
+        out.append("")
+        out.append("model-level decisions (applied):")
+        out.append(table(["stage", "rule", "reason"], [[d.stage, d.rule, d.reason] for d in model]))
+    return "\n".join(out)
+
+
+def render_rules(registries: Registries, active: StrategySet) -> str:
+    """Every registered rule with kind, priority, provider, whether active, and description."""
+    active_names = set(active.names())
+    rules = sorted(registries.rules.rules.values(), key=lambda r: (r.kind, r.sort_key))
+    rows = [
+        [
+            r.name,
+            r.kind,
+            r.priority,
+            "yes" if r.name in active_names else "no",
+            registries.rules.providers[r.name],
+            r.description,
+        ]
+        for r in rules
+    ]
+    out = [
+        f"rules (active = in strategy set {active.name!r}):",
+        table(["name", "kind", "priority", "active", "provider", "description"], rows),
+    ]
+    out.append("")
+    out.append("presets:")
+    presets = [["default", "every rule marked default (built-ins and installed plugins)"]]
+    presets += [[n, ", ".join(names)] for n, names in sorted(registries.rules.presets.items())]
+    out.append(table(["name", "rules"], presets))
+    if registries.allocators.items:
+        out.append("")
+        out.append("allocators:")
+        out.append(
+            table(
+                ["name", "priority", "provider", "description"],
+                [
+                    [
+                        a.name,
+                        a.priority,
+                        registries.allocators.providers[a.name],
+                        getattr(a, "description", ""),
+                    ]
+                    for a in registries.allocators.ordered()
+                ],
+            )
+        )
+    return "\n".join(out)
