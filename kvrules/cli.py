@@ -223,9 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("examples", help="list the built-in examples")
     e.set_defaults(func=cmd_examples, log_format=None, log_level=None)
     for module in COMMAND_MODULES:
-        register: Callable[[Any, Callable[[argparse.ArgumentParser], None]], None] = getattr(
-            importlib.import_module(module), "register"
-        )
+        register: Callable[[Any, Callable[[argparse.ArgumentParser], None]], None] = importlib.import_module(
+            module
+        ).register
         register(sub, _common)
     return parser
 
