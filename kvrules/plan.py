@@ -13,6 +13,7 @@ from kvrules.decisions import Decision
 from kvrules.groups import KVCacheGroup, KVCacheTensor
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
+from kvrules.waste import WasteReport, WorkerWaste
 
 SCHEMA = "kvrules.plan/v1"
 
@@ -81,6 +82,7 @@ class Plan:
     strategy_set: str = "default"
     rules: tuple[str, ...] = ()
     route: str = ""
+    waste: WasteReport | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +111,7 @@ class Plan:
                 }
                 for w in self.workers
             ],
+            "waste": self.waste.to_dict() if self.waste is not None else None,
             "decisions": [d.to_dict() for d in self.decisions],
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
@@ -152,6 +155,25 @@ class Plan:
                 )
             )
         mc = data["max_concurrency"]
+        waste = None
+        if data.get("waste") is not None:
+            w = data["waste"]
+            ideal = w["ideal_max_concurrency"]
+            waste = WasteReport(
+                tuple(
+                    WorkerWaste(
+                        int(x["block_bytes"]),
+                        int(x["allocated_bytes"]),
+                        int(x["real_bytes"]),
+                        int(x["page_padding_bytes"]),
+                        int(x["slot_padding_bytes"]),
+                    )
+                    for x in w["workers"]
+                ),
+                int(w["padding_slots"]),
+                float("inf") if ideal is None else float(ideal),
+                int(w["ideal_capacity_tokens"]),
+            )
         return cls(
             groups=groups,
             workers=tuple(workers),
@@ -165,5 +187,6 @@ class Plan:
             strategy_set=data.get("strategy_set", ""),
             rules=tuple(data.get("rules", ())),
             route=data.get("route", ""),
+            waste=waste,
             extra=dict(data.get("extra", {})),
         )

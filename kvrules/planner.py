@@ -34,6 +34,7 @@ from kvrules.rules import Converter, Fallback, Layout, Router
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
 from kvrules.strategies import StrategySpec, resolve_strategies
+from kvrules.waste import waste_report
 
 log = structlog.get_logger("kvrules")
 
@@ -129,11 +130,15 @@ class Planner:
         agreed = workers[0].num_blocks if workers else 1
         concurrency = max_concurrency(groups, agreed, config)
         capacity = 0 if math.isinf(concurrency) else math.floor(concurrency * length)
+        waste = waste_report(
+            [(s.groups, s.block_bytes, s.memory) for s in states if s.layout is not None], groups, config
+        )
         ctx.decisions.record(
             "capacity",
             "capacity",
             "applied",
-            f"{agreed} blocks hold {concurrency:.4g} requests of {length} tokens ({capacity} tokens).",
+            f"{agreed} blocks hold {concurrency:.4g} requests of {length} tokens ({capacity} tokens); "
+            f"layout efficiency {waste.efficiency:.1%}, {waste.padding_slots} padding slots.",
         )
         plan = Plan(
             groups=tuple(groups),
@@ -148,6 +153,7 @@ class Planner:
             strategy_set=self.strategies.name,
             rules=tuple(self.strategies.names()),
             route=route_name,
+            waste=waste,
         )
         log.info(
             "kvrules.plan.finished",
