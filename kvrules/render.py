@@ -90,13 +90,15 @@ def render_plan(plan: Plan, title: str) -> str:
         f"max concurrency {mc}, capacity {plan.capacity_tokens:,} tokens"
     )
     if plan.waste is not None:
-        w = plan.waste
-        ideal = "unlimited" if math.isinf(w.ideal_max_concurrency) else f"{w.ideal_max_concurrency:.2f}"
+        waste = plan.waste
+        ideal = (
+            "unlimited" if math.isinf(waste.ideal_max_concurrency) else f"{waste.ideal_max_concurrency:.2f}"
+        )
         out.append(
-            f"efficiency: {w.efficiency:.1%} of the {format_size(w.allocated_bytes)} one request reserves is real "
+            f"efficiency: {waste.efficiency:.1%} of the {format_size(w.allocated_bytes)} one request reserves is real "
             f"state; page padding {format_size(w.page_padding_bytes)}, slot padding "
-            f"{format_size(w.slot_padding_bytes)} ({w.padding_slots} padding slots); without padding: "
-            f"max concurrency {ideal}, {w.ideal_capacity_tokens:,} tokens"
+            f"{format_size(w.slot_padding_bytes)} ({waste.padding_slots} padding slots); without padding: "
+            f"max concurrency {ideal}, {waste.ideal_capacity_tokens:,} tokens"
         )
     applied: dict[tuple[str, str, str], list[str]] = {}
     for d in plan.decisions:
