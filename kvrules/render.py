@@ -95,9 +95,9 @@ def render_plan(plan: Plan, title: str) -> str:
             "unlimited" if math.isinf(waste.ideal_max_concurrency) else f"{waste.ideal_max_concurrency:.2f}"
         )
         out.append(
-            f"efficiency: {waste.efficiency:.1%} of the {format_size(w.allocated_bytes)} one request reserves is real "
-            f"state; page padding {format_size(w.page_padding_bytes)}, slot padding "
-            f"{format_size(w.slot_padding_bytes)} ({waste.padding_slots} padding slots); without padding: "
+            f"efficiency: {waste.efficiency:.1%} of the {format_size(waste.allocated_bytes)} one request reserves is real "
+            f"state; page padding {format_size(waste.page_padding_bytes)}, slot padding "
+            f"{format_size(waste.slot_padding_bytes)} ({waste.padding_slots} padding slots); without padding: "
             f"max concurrency {ideal}, {waste.ideal_capacity_tokens:,} tokens"
         )
     applied: dict[tuple[str, str, str], list[str]] = {}
