@@ -1,0 +1,88 @@
+"""Decision records: returned as data and emitted as structlog events (architecture §4)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from structlog.testing import capture_logs
+
+from kvrules import Decision, EngineConfig, FullAttentionSpec, MambaSpec, Planner
+
+SPECS = {
+    "model.layers.0.linear_attn": MambaSpec(
+        16, [[3, 768], [4, 32, 32]], ["bfloat16", "bfloat16"], page_size_padded=16_384
+    ),
+    "model.layers.1.self_attn": FullAttentionSpec(16, num_kv_heads=2, head_size=128, dtype="bfloat16"),
+    "drafter.model.layers.0.self_attn": FullAttentionSpec(
+        16, num_kv_heads=4, head_size=128, dtype="bfloat16"
+    ),
+}
+CFG = EngineConfig(max_model_len=4096)
+
+
+def test_decision_events_carry_the_record_keys_flat() -> None:
+    with capture_logs() as logs:
+        plan = Planner("vllm").plan(SPECS, 1 << 30, CFG)
+    events = [e for e in logs if e["event"] == "kvrules.decision"]
+    mamba = [e for e in events if e["rule"] == "mamba-pad" and e["outcome"] == "applied"]
+    assert mamba == [
+        {
+            "event": "kvrules.decision",
+            "log_level": "debug",
+            "stage": "unify",
+            "rule": "mamba-pad",
+            "outcome": "applied",
+            "layer": "model.layers.0.linear_attn",
+            "reason": "Mamba page 16384 bytes is fixed by its state shapes; pad it to 32768 bytes "
+            "(+16384 bytes) and keep block_size 16.",
+            "before": {
+                "spec_type": "mamba",
+                "block_size": 16,
+                "page_size_bytes": 16384,
+                "page_size_padded": 16384,
+            },
+            "after": {
+                "spec_type": "mamba",
+                "block_size": 16,
+                "page_size_bytes": 32768,
+                "page_size_padded": 32768,
+            },
+            "padding_bytes": 16384,
+        }
+    ]
+    declined = [e for e in events if e["outcome"] == "declined" and e["layer"] == "model.layers.1.self_attn"]
+    assert [e["rule"] for e in declined] == ["mamba-pad"]
+    assert [e for e in events] == [
+        dict(event="kvrules.decision", log_level="debug", **d.to_dict()) for d in plan.decisions
+    ]
+    finished = [e for e in logs if e["event"] == "kvrules.plan.finished"]
+    assert len(finished) == 1 and finished[0]["log_level"] == "info"
+    assert finished[0]["num_blocks"] == plan.num_blocks and finished[0]["route"] == "unified-page"
+
+
+def test_every_stage_records_decisions_with_valid_fields() -> None:
+    plan = Planner("vllm").plan(SPECS, 1 << 30, CFG)
+    stages = {d.stage for d in plan.decisions}
+    assert {"route", "unify", "group", "layout", "capacity"} <= stages
+    for d in plan.decisions:
+        assert isinstance(d, Decision)
+        assert d.outcome in ("applied", "declined", "failed")
+        assert d.reason and d.reason[0].isalnum()
+        assert Decision.from_dict(d.to_dict()) == d
+
+
+def test_unconfigured_structlog_is_not_flooded() -> None:
+    code = (
+        "import kvrules\n"
+        "s = {f'l{i}': kvrules.FullAttentionSpec(16, num_kv_heads=4 + 4 * (i % 2), head_size=128, dtype='bfloat16')"
+        " for i in range(200)}\n"
+        "s['m'] = kvrules.MambaSpec(16, [[3, 64]], ['bfloat16'])\n"
+        "p = kvrules.plan(s, 1 << 30, kvrules.EngineConfig(max_model_len=1024))\n"
+        "print('DECISIONS', len(p.decisions))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2, lines  # the one plan.finished summary, then our print
+    assert "kvrules.plan.finished" in lines[0]
+    assert int(lines[1].split()[1]) > 200  # the decisions are still returned as data
