@@ -18,6 +18,14 @@ from kvrules.waste import WasteReport, WorkerWaste
 SCHEMA = "kvrules.plan/v1"
 
 
+def plan_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of :meth:`Plan.to_dict` output, shipped with the package."""
+    from importlib import resources
+
+    text = (resources.files("kvrules") / "schemas" / "plan-v1.json").read_text(encoding="utf-8")
+    return dict(json.loads(text))
+
+
 @dataclass(frozen=True)
 class UnifyResult:
     """Result of :meth:`Planner.unify`: the unified specs and the decisions taken."""
