@@ -110,7 +110,7 @@ def test_bad_model_files_exit_2_without_traceback(
     path = tmp_path / "model.json"
     if content is not None:
         path.write_text(content)
-    code, out, err = run(capsys, "plan", str(path), "--memory", "1GiB", "--max-model-len", "1024")
+    code, _, err = run(capsys, "plan", str(path), "--memory", "1GiB", "--max-model-len", "1024")
     assert code == 2
     assert message in err and str(path) in err
     assert "Traceback" not in err
