@@ -76,13 +76,26 @@ class DecisionLog:
 
     def __init__(self) -> None:
         self.items: list[Decision] = []
-        self._emit = structlog.is_configured()
+        # bind once: a concrete logger from the application's current configuration (calling the
+        # lazy module-level proxy would rebuild it for every decision)
+        self._log = log.bind() if structlog.is_configured() else None
 
     def add(self, decision: Decision) -> Decision:
         """Append ``decision`` (and log it when structlog is configured)."""
         self.items.append(decision)
-        if self._emit:
-            log.debug("kvrules.decision", **decision.to_dict())
+        if self._log is not None:
+            d = decision
+            self._log.debug(
+                "kvrules.decision",
+                stage=d.stage,
+                rule=d.rule,
+                outcome=d.outcome,
+                layer=d.layer,
+                reason=d.reason,
+                before=d.before,
+                after=d.after,
+                padding_bytes=d.padding_bytes,
+            )
         return decision
 
     def record(
