@@ -10,6 +10,7 @@ import pluggy
 hookimpl = pluggy.HookimplMarker("kvrules")
 """Marker for plugin hook implementations (``@kvrules.hookimpl``)."""
 
+from kvrules.allocation import Allocation, allocate  # noqa: E402
 from kvrules.config import EngineConfig  # noqa: E402
 from kvrules.decisions import Decision  # noqa: E402
 from kvrules.errors import (  # noqa: E402
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BUILTIN_PLUGINS",
+    "Allocation",
     "AllocationError",
     "AttentionSpec",
     "CapacityError",
@@ -79,6 +81,7 @@ __all__ = [
     "UniformTypeKVCacheSpecs",
     "UnifyResult",
     "WorkerPlan",
+    "allocate",
     "get_plugin_manager",
     "hookimpl",
     "plan",

@@ -52,8 +52,10 @@ def kvrules_register_rules(registry: RuleRegistry) -> None:
 def kvrules_register_allocators(registry: AllocatorRegistry) -> None:
     """Register allocators that turn a plan into buffers and per-layer views.
 
-    :param registry: call ``registry.add(allocator)`` for each allocator object (see
-        :class:`kvrules.registry.Allocator`). Importing the plugin must not touch a GPU.
+    :param registry: call ``registry.add(allocator)`` for each allocator (a
+        :class:`kvrules.allocation.Allocator`) and ``registry.add_view_layout(layout)`` for each
+        view layout (a :class:`kvrules.allocation.ViewLayout`; see docs/allocation.md).
+        Importing the plugin must not touch a GPU.
     :return: nothing; the return value is ignored.
 
     All implementations are called; return values are ignored.
@@ -64,7 +66,9 @@ def kvrules_register_allocators(registry: AllocatorRegistry) -> None:
 def kvrules_register_architectures(registry: ArchitectureRegistry) -> None:
     """Register model architectures that build per-layer specs from a Hugging Face config.
 
-    :param registry: call ``registry.add(architecture)`` for each architecture object.
+    :param registry: call ``registry.add(architecture)`` for each architecture object (an
+        instance of a :class:`kvrules.hf.Architecture` subclass; see docs/hf.md). A duplicate
+        name raises :class:`kvrules.PluginError` naming both providers.
     :return: nothing; the return value is ignored.
 
     All implementations are called; return values are ignored.

@@ -132,9 +132,39 @@ class _NamedRegistry(_Registry):
 
 
 class AllocatorRegistry(_NamedRegistry):
-    """Allocators by name."""
+    """Allocators by name, plus the view layouts they build per-layer tensors with.
+
+    ``add(allocator)`` registers an allocator (a :class:`kvrules.allocation.Allocator`);
+    ``add_view_layout(layout)`` a view layout (a :class:`kvrules.allocation.ViewLayout`). The two
+    kinds have separate name spaces.
+    """
 
     what = "allocator"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view_layouts: dict[str, Any] = {}
+        self.view_layout_providers: dict[str, str] = {}
+
+    def add_view_layout(self, layout: Any) -> None:
+        """Register a view layout (must have a valid ``name`` and an integer ``priority``)."""
+        name = getattr(layout, "name", None)
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise PluginError(f"{self.provider} registered view layout {layout!r} without a valid name")
+        priority = getattr(layout, "priority", None)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise PluginError(f"{self.provider}: view layout {name!r} needs an integer priority")
+        if name in self.view_layout_providers:
+            raise PluginError(
+                f"view layout {name!r} is registered twice: by {self.view_layout_providers[name]} and "
+                f"by {self.provider}; block one of them (get_plugin_manager(blocked=...) or --block)"
+            )
+        self.view_layout_providers[name] = self.provider
+        self.view_layouts[name] = layout
+
+    def ordered_view_layouts(self) -> list[Any]:
+        """Registered view layouts in ``(-priority, name)`` order."""
+        return sorted(self.view_layouts.values(), key=lambda o: (-o.priority, o.name))
 
 
 class ArchitectureRegistry(_NamedRegistry):

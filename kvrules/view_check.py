@@ -1,0 +1,144 @@
+"""Checks allocated views against the plan from shapes and strides alone (no data is read).
+
+For every layer: each view lies on its buffer's storage and inside the buffer; one dimension of
+each view has ``num_blocks`` entries stepping by the layer's block stride; and the bytes the
+views of block 0 cover tile ``[offset, offset + unpadded page)`` exactly, each byte once. Since
+block ``b`` is block 0 shifted by ``b`` block strides, the same then holds for every block.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import TYPE_CHECKING, Any
+
+from kvrules.errors import AllocationError
+
+if TYPE_CHECKING:
+    from kvrules.allocation import Allocation, Placement
+
+#: most separate byte runs one block of one view may have before the check gives up
+MAX_RUNS = 1 << 20
+
+
+def _storage_key(tensor: Any) -> Any:
+    storage = tensor.untyped_storage()
+    return getattr(storage, "_cdata", None) or storage.data_ptr()
+
+
+def _runs(
+    layer: str, label: str, base: int, dims: list[tuple[int, int]], itemsize: int
+) -> list[tuple[int, int]]:
+    """Byte runs ``[start, end)`` covered by one block: ``dims`` are ``(size, stride in bytes)``."""
+    ordered = sorted(dims, key=lambda d: d[1])
+    run = itemsize
+    while ordered and ordered[0][1] == run:
+        size, stride = ordered.pop(0)
+        run = size * stride
+    count = 1
+    for size, _ in ordered:
+        count *= size
+    if count > MAX_RUNS:
+        raise AllocationError(
+            f"layer {layer!r}: {label} covers one block in {count} separate pieces; too many to verify"
+        )
+    ranges = [range(size) for size, _ in ordered]
+    strides = [stride for _, stride in ordered]
+    return [
+        (start, start + run)
+        for start in (
+            base + sum(i * s for i, s in zip(index, strides, strict=True)) for index in product(*ranges)
+        )
+    ]
+
+
+Shape = tuple[int, ...]
+RunCache = dict[tuple[Shape, Shape, int, int, int], list[tuple[int, int]]]
+
+
+def _block_runs(
+    layer: str, label: str, shape: Shape, stride: Shape, itemsize: int, place: Placement
+) -> list[tuple[int, int]]:
+    """Byte runs of block 0 relative to the view's first byte (``stride`` in bytes)."""
+    dims = [d for d, n in enumerate(shape) if n == place.num_blocks and stride[d] == place.block_stride]
+    if not dims:
+        raise AllocationError(
+            f"layer {layer!r}: {label} (shape {shape}, byte strides {stride}) has no dimension of "
+            f"{place.num_blocks} blocks stepping {place.block_stride} bytes, the layer's block stride"
+        )
+    rest = [(n, s) for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if d != dims[0] and n > 1]
+    return _runs(layer, label, 0, rest, itemsize)
+
+
+def _view_runs(
+    layer: str, k: int, view: Any, buffer: Any, place: Placement, cache: RunCache
+) -> list[tuple[int, int]]:
+    label = f"view {k}"
+    if getattr(view, "device", None) != getattr(buffer, "device", None) or _storage_key(view) != _storage_key(
+        buffer
+    ):
+        raise AllocationError(f"layer {layer!r}: {label} is not a view of buffer {place.tensor}")
+    itemsize = int(view.element_size())
+    shape = tuple(int(n) for n in view.shape)
+    stride = tuple(int(s) * itemsize for s in view.stride())
+    if not shape or min(shape) == 0:
+        raise AllocationError(f"layer {layer!r}: {label} has shape {shape}; a view must hold the blocks")
+    base = int(view.storage_offset()) * itemsize - int(buffer.storage_offset()) * int(buffer.element_size())
+    low = base + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if s < 0)
+    high = base + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if s > 0) + itemsize
+    size = int(buffer.numel()) * int(buffer.element_size())
+    if low < 0 or high > size:
+        raise AllocationError(
+            f"layer {layer!r}: {label} (shape {shape}, byte strides {stride}) spans bytes [{low}, {high}) "
+            f"outside buffer {place.tensor} of {size} bytes"
+        )
+    key = (shape, stride, itemsize, place.num_blocks, place.block_stride)
+    relative = cache.get(key)
+    if relative is None:
+        relative = cache[key] = _block_runs(layer, label, shape, stride, itemsize, place)
+    return [(base + low_, base + high_) for low_, high_ in relative]
+
+
+def _check_tiling(layer: str, runs: list[tuple[int, int]], place: Placement) -> None:
+    start = place.page_start(0)
+    end = start + place.content_bytes
+    page = place.spec.page_size_bytes
+    where = (
+        f"the plan assigns bytes [{start}, {end}) of block 0's {page}-byte page in buffer {place.tensor}"
+        + (f" (padding tail [{end}, {start + page}) is never viewed)" if page > place.content_bytes else "")
+    )
+    cursor = start
+    for low, high in sorted(runs):
+        if low < cursor:
+            raise AllocationError(f"layer {layer!r}: its views cover byte {low} more than once; {where}")
+        if low > cursor:
+            raise AllocationError(
+                f"layer {layer!r}: its views leave bytes [{cursor}, {low}) uncovered or reach outside; {where}"
+            )
+        cursor = high
+    if cursor < end:
+        raise AllocationError(f"layer {layer!r}: its views leave bytes [{cursor}, {end}) uncovered; {where}")
+    if cursor > end:
+        raise AllocationError(
+            f"layer {layer!r}: its views reach byte {cursor}, past the page's content; {where}"
+        )
+
+
+def verify_allocation(allocation: Allocation) -> None:
+    """Check every layer's views of ``allocation`` (see the module docstring).
+
+    :raises AllocationError: naming the layer, the view and the bytes that disagree.
+    """
+    cache: RunCache = {}
+    for layer, place in allocation.placements.items():
+        views = allocation.views.get(layer)
+        if views is None:
+            raise AllocationError(f"layer {layer!r} of worker {allocation.worker} has no view")
+        buffer = allocation.buffers[place.tensor]
+        items = views if isinstance(views, tuple) else (views,)
+        runs: list[tuple[int, int]] = []
+        for k, view in enumerate(items):
+            runs.extend(_view_runs(layer, k, view, buffer, place, cache))
+        _check_tiling(layer, runs, place)
+
+
+__all__ = ["MAX_RUNS", "verify_allocation"]
