@@ -114,14 +114,21 @@ def load_model_file(path: str | Path, spec_types: Mapping[str, type[KVCacheSpec]
 
 
 def example_names() -> list[str]:
-    """Names of the built-in examples shipped inside the package."""
+    """Names of the built-in examples shipped inside the package (model files, then ``hf-*`` configs)."""
+    from kvrules.hf.examples import hf_example_names
+
     folder = resources.files("kvrules") / "examples"
-    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+    files = sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+    return files + hf_example_names()
 
 
 def load_example(name: str, spec_types: Mapping[str, type[KVCacheSpec]] | None = None) -> ModelFile:
-    """A built-in example by name."""
+    """A built-in example by name (an ``hf-*`` example is built from its Hugging Face config)."""
     if name not in example_names():
         raise ModelFileError(f"unknown example {name!r}; available: {', '.join(example_names())}")
+    if name.startswith("hf-"):
+        from kvrules.hf.examples import load_hf_example
+
+        return load_hf_example(name)
     text = (resources.files("kvrules") / "examples" / f"{name}.json").read_text(encoding="utf-8")
     return parse_model(json.loads(text), f"example {name!r}", spec_types)

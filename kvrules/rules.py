@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kvrules.config import EngineConfig
     from kvrules.context import PlanContext
     from kvrules.groups import KVCacheGroup, KVCacheTensor
+    from kvrules.hf.align import AlignContext
     from kvrules.specs.base import KVCacheSpec
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -206,6 +207,39 @@ class Layout(Rule):
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class Aligner(Rule):
+    """Chooses cache block sizes (and Mamba page padding) when specs are built from a model config
+    (stage ``align``, before planning; see :mod:`kvrules.hf.align`).
+
+    Active aligners are asked in ``(-priority, name)`` order; the first whose ``check`` applies
+    acts, the others are recorded as declined. ``align`` returns the same layers in the same
+    order with the same spec types; ``touches`` names the fields it may change. The dispatcher
+    verifies this and records one decision per changed layer, worded by ``explain``.
+    """
+
+    kind: ClassVar[str] = "align"
+    stage: ClassVar[str] = "align"
+    touches: ClassVar[frozenset[str]] = frozenset({"block_size", "page_size_padded"})
+
+    def check(self, specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> Check:
+        """Whether this aligner acts on ``specs`` (target and draft layers, see ``ctx.is_draft``)."""
+        raise NotImplementedError
+
+    def align(self, specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> dict[str, KVCacheSpec]:
+        """The aligned specs: every layer of ``specs``, in order, only ``touches`` fields changed."""
+        raise NotImplementedError
+
+    def explain(self, layer: str, before: KVCacheSpec, after: KVCacheSpec, ctx: AlignContext) -> str:
+        """One sentence for the decision record of ``layer`` (a generic one by default)."""
+        changes = []
+        if before.block_size != after.block_size:
+            changes.append(f"block_size {before.block_size} -> {after.block_size}")
+        if before.page_size_bytes != after.page_size_bytes:
+            changes.append(f"page {before.page_size_bytes} -> {after.page_size_bytes} bytes")
+        return f"{self.name}: {', '.join(changes) or 'unchanged'}."
+
+
 RULE_KINDS: tuple[str, ...] = (
     "convert",
     "router",
@@ -214,4 +248,5 @@ RULE_KINDS: tuple[str, ...] = (
     "partition",
     "grouper",
     "layout",
+    "align",
 )

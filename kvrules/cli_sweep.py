@@ -1,0 +1,220 @@
+"""``kvrules sweep``: plan one Hugging Face model over many settings and compare them in one table.
+
+Every combination of ``--tp``, ``--kv-cache-dtype`` and ``--num-speculative-tokens`` (each a
+comma-separated list) is built and planned; a combination that fails shows its error instead of
+stopping the sweep. A progress line is drawn on stderr when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from kvrules.errors import ConfigError, KVRulesError, ModelFileError
+from kvrules.hf.build import MTP, build_hf_model
+from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
+from kvrules.planner import Planner
+from kvrules.progress import Progress
+from kvrules.render import table
+from kvrules.summary import efficiency
+from kvrules.units import format_size
+
+AXES = ("tensor_parallel_size", "kv_cache_dtype", "num_speculative_tokens")
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} must be comma-separated integers, e.g. 1,2,4,8") from None
+    if not values:
+        raise ConfigError(f"{flag} is empty")
+    return values
+
+
+def _dtypes(text: str) -> list[str]:
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    for value in values:
+        if value not in KV_CACHE_DTYPES:
+            raise ConfigError(
+                f"--kv-cache-dtype {value!r} is not supported; use {', '.join(KV_CACHE_DTYPES)}"
+            )
+    return values or ["auto"]
+
+
+def sweep_row(
+    config: Any,
+    draft: Any,
+    options: HFOptions,
+    memory: list[int],
+    engine: dict[str, Any],
+    args: argparse.Namespace,
+    pm: Any,
+) -> dict[str, Any]:
+    """Build and plan one combination; a :class:`KVRulesError` becomes the row's ``error``."""
+    from kvrules.cli import strategies_from
+    from kvrules.config import EngineConfig
+
+    row: dict[str, Any] = {axis: getattr(options, axis) for axis in AXES}
+    try:
+        model = build_hf_model(config, draft, options, strategies=strategies_from(args), plugin_manager=pm)
+        values = {**model.engine, **engine}
+        if "max_model_len" not in values:
+            raise ConfigError("max_model_len is not set: give --max-model-len")
+        plan = Planner(strategies_from(args), plugin_manager=pm).plan(
+            model.specs, memory, EngineConfig.from_dict(values)
+        )
+    except KVRulesError as exc:
+        row["error"] = re.sub(r"^\S+\.json: ", "", str(exc).split("\n")[0])
+        return row
+    eff = efficiency(plan)
+    row.update(
+        block_size=model.block_size,
+        groups=len(plan.groups),
+        num_blocks=plan.num_blocks,
+        max_concurrency=None if math.isinf(plan.max_concurrency) else round(plan.max_concurrency, 4),
+        capacity_tokens=plan.capacity_tokens,
+        efficiency=None if eff is None else round(eff, 4),
+    )
+    return row
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from kvrules.cli import plugin_manager_from
+    from kvrules.hf.examples import load_hf_example_info
+    from kvrules.units import parse_sizes
+
+    pm = plugin_manager_from(args)
+    fixed: dict[str, Any] = {}
+    for flag in (
+        "block_size",
+        "mamba_cache_mode",
+        "mamba_ssm_cache_dtype",
+        "attention_backend",
+        "draft_kv_cache_dtype",
+    ):
+        if getattr(args, flag, None) is not None:
+            fixed[flag] = getattr(args, flag)
+    engine: dict[str, Any] = {}
+    if args.max_model_len is not None:
+        engine["max_model_len"] = int(args.max_model_len)
+        fixed["max_model_len"] = int(args.max_model_len)
+    if args.max_num_batched_tokens is not None:
+        engine["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.example:
+        example = load_hf_example_info(args.example)
+        config, draft = example.config, example.draft
+        base = {**example.options.to_dict(), **fixed}
+        memory = parse_sizes(args.memory) if args.memory else (example.available_memory or [])
+        engine = {**example.engine, **engine}
+    elif args.hf_config:
+        config, draft = args.hf_config, (MTP if args.draft == MTP else args.draft)
+        base = dict(fixed)
+        memory = parse_sizes(args.memory) if args.memory else []
+    else:
+        raise ModelFileError("give --hf-config PATH or --example hf-NAME")
+    if not memory:
+        raise ConfigError("no memory given: pass --memory (e.g. 70GiB)")
+    tps = _ints(args.tp, "--tp") if args.tp else [base.get("tensor_parallel_size", 1)]
+    kvs = _dtypes(args.kv_cache_dtype) if args.kv_cache_dtype else [base.get("kv_cache_dtype", "auto")]
+    ks = (
+        _ints(args.num_speculative_tokens, "--num-speculative-tokens")
+        if args.num_speculative_tokens
+        else [base.get("num_speculative_tokens", 0)]
+    )
+    combos = list(itertools.product(tps, kvs, ks))
+    rows = []
+    with Progress(len(combos), "kvrules sweep") as bar:
+        for tp, kv, k in combos:
+            options = HFOptions.from_dict(
+                {**base, "tensor_parallel_size": tp, "kv_cache_dtype": kv, "num_speculative_tokens": k}
+            )
+            rows.append(sweep_row(config, draft, options, memory, engine, args, pm))
+            bar.update(f"tp {tp} {kv} k={k}")
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append(
+                [
+                    r["tensor_parallel_size"],
+                    r["kv_cache_dtype"],
+                    r["num_speculative_tokens"],
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "error: " + r["error"][:100],
+                ]
+            )
+            continue
+        eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
+        mc = "unlimited" if r["max_concurrency"] is None else f"{r['max_concurrency']:.2f}"
+        body.append(
+            [
+                r["tensor_parallel_size"],
+                r["kv_cache_dtype"],
+                r["num_speculative_tokens"],
+                r["block_size"],
+                r["groups"],
+                f"{r['num_blocks']:,}",
+                mc,
+                f"{r['capacity_tokens']:,}",
+                eff,
+                "ok",
+            ]
+        )
+    print(
+        f"kvrules sweep: {args.example or args.hf_config} ({len(rows)} combinations, memory per worker {', '.join(format_size(m) for m in memory)})"
+    )
+    print(
+        table(
+            [
+                "tp",
+                "kv dtype",
+                "spec tokens",
+                "block",
+                "groups",
+                "num_blocks",
+                "max conc.",
+                "capacity tokens",
+                "efficiency",
+                "status",
+            ],
+            body,
+        )
+    )
+    return 0
+
+
+def register(subparsers: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the ``sweep`` sub-command."""
+    p = subparsers.add_parser(
+        "sweep", help="plan a Hugging Face model over TP sizes, KV dtypes and draft tokens"
+    )
+    p.add_argument("--hf-config", metavar="PATH", help="a config.json, or a directory holding one")
+    p.add_argument("--example", metavar="NAME", help="a built-in hf-* example")
+    p.add_argument("--draft", metavar="CONFIG|mtp", help="the draft model's config.json, or 'mtp'")
+    p.add_argument("--memory", metavar="SIZE[,SIZE...]", help="KV-cache memory per worker, e.g. 70GiB")
+    p.add_argument("--max-model-len", type=int, metavar="N", help="longest request (default: the config's)")
+    p.add_argument("--max-num-batched-tokens", type=int, metavar="N")
+    p.add_argument("--tp", metavar="N[,N...]", help="tensor-parallel sizes, e.g. 1,2,4,8")
+    p.add_argument("--kv-cache-dtype", metavar="DTYPE[,DTYPE...]", help="KV-cache dtypes, e.g. auto,fp8")
+    p.add_argument("--num-speculative-tokens", metavar="K[,K...]", help="speculative tokens, e.g. 0,4")
+    p.add_argument("--draft-kv-cache-dtype", choices=tuple(KV_CACHE_DTYPES), metavar="DTYPE")
+    p.add_argument("--block-size", type=int, metavar="N")
+    p.add_argument("--mamba-cache-mode", choices=("none", "align", "all"))
+    p.add_argument("--mamba-ssm-cache-dtype", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--attention-backend", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    add_common(p)
+    p.set_defaults(func=cmd_sweep)

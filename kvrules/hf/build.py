@@ -1,0 +1,324 @@
+"""From a Hugging Face config (+ a draft) to per-layer specs and a model file: stages ``arch`` and ``align``.
+
+1. ``arch``: the registered architectures are asked which one builds the target config; it
+   builds the target's specs with settings resolved from :class:`HFOptions`.
+2. The draft: another config (its layers prefixed ``draft.``, its own KV dtype when
+   ``draft_kv_cache_dtype`` is set, the target's cache block size) or ``"mtp"`` (the target's
+   ``num_nextn_predict_layers`` multi-token-prediction layers).
+3. ``align``: the active aligners choose block sizes (``hybrid-align`` is vLLM's rule).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvrules.decisions import Decision, DecisionLog
+from kvrules.errors import ModelFileError
+from kvrules.hf.align import AlignContext, align_specs
+from kvrules.hf.architecture import Architecture
+from kvrules.hf.backends import AUTO, BACKENDS
+from kvrules.hf.config import HFConfig
+from kvrules.hf.options import HFOptions
+from kvrules.hf.select import STAGE, call_architecture, check_built, record_built, select_architecture
+from kvrules.hf.settings import BuildSettings, resolve_settings
+from kvrules.modelfile import ModelFile
+from kvrules.plugin_manager import KVRulesPluginManager, default_plugin_manager
+from kvrules.registry import ArchitectureRegistry
+from kvrules.specs import KVCacheSpec
+from kvrules.strategies import StrategySpec, resolve_strategies
+
+DRAFT_PREFIX = "draft."
+"""Prefix of the draft model's layer names (one of ``EngineConfig.draft_layer_prefixes``)."""
+
+MTP = "mtp"
+"""``draft="mtp"``: the target's own multi-token-prediction layers are the draft."""
+
+ConfigInput = str | Path | Mapping[str, Any] | HFConfig
+
+
+def as_config(value: ConfigInput, role: str = "target") -> HFConfig:
+    """An :class:`HFConfig` from a path (file or directory), a decoded dict, or an ``HFConfig``."""
+    if isinstance(value, HFConfig):
+        return value
+    if isinstance(value, Mapping):
+        return HFConfig(dict(value), f"<{role} config>")
+    return HFConfig.load(value)
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    """One model (target or draft) as built: its config, architecture, settings and layer names."""
+
+    config: HFConfig
+    architecture: str
+    settings: BuildSettings
+    layers: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        """The config's class name (or model type)."""
+        return self.config.title
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """Specs built from a Hugging Face config, with the decisions that built them.
+
+    :ivar specs: every layer's spec (target, then draft), after alignment.
+    :ivar decisions: the ``arch`` and ``align`` decisions, in order.
+    :ivar target: the target model as built.
+    :ivar draft: the draft model (``None`` without one); for MTP its config is the target's.
+    :ivar draft_kind: ``"model"``, ``"mtp"`` or ``None``.
+    :ivar engine: engine settings implied by the model (``max_model_len`` from
+        ``max_position_embeddings``, vLLM's per-model defaults).
+    :ivar options: the options used.
+    """
+
+    specs: dict[str, KVCacheSpec]
+    decisions: tuple[Decision, ...]
+    target: BuiltModel
+    draft: BuiltModel | None
+    draft_kind: str | None
+    engine: dict[str, Any]
+    options: HFOptions
+
+    @property
+    def block_size(self) -> int:
+        """The cache block size after alignment (the first attention layer's, else the configured one)."""
+        for spec in self.specs.values():
+            if spec.type_name != "mamba":
+                return spec.block_size
+        return self.target.settings.block_size
+
+    def description(self) -> str:
+        """One line: model, draft, KV dtype, TP, block size."""
+        t = self.target
+        text = f"{t.title} ({t.architecture}, {len(t.layers)} layers)"
+        if self.draft is not None:
+            what = "MTP" if self.draft_kind == MTP else f"{self.draft.title} ({self.draft.architecture})"
+            text += f" + draft {what}, {len(self.draft.layers)} layers"
+        s = t.settings
+        text += f"; kv {s.kv.option}, TP {s.tp}, block {self.block_size}"
+        if s.num_speculative_tokens:
+            text += f", {s.num_speculative_tokens} speculative tokens"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model-file form (``description``, ``layers``, ``engine``), as ``kvrules plan FILE`` reads it."""
+        return {
+            "description": self.description(),
+            "layers": {name: spec.to_dict() for name, spec in self.specs.items()},
+            "engine": dict(self.engine),
+        }
+
+    def to_model_file(self, available_memory: list[int] | None = None) -> HFModelFile:
+        """A :class:`~kvrules.modelfile.ModelFile` the planner and CLI can plan."""
+        return HFModelFile(
+            source=self.target.config.source,
+            specs=dict(self.specs),
+            workers=None,
+            engine=dict(self.engine),
+            available_memory=available_memory,
+            description=self.description(),
+            hf=self,
+        )
+
+
+@dataclass
+class HFModelFile(ModelFile):
+    """A model file built from a Hugging Face config; ``hf`` keeps how (decisions included)."""
+
+    hf: HFModel | None = field(default=None)
+
+
+def _settings(
+    config: HFConfig,
+    arch: Architecture,
+    options: HFOptions,
+    registry: ArchitectureRegistry,
+    kv: str | None = None,
+) -> BuildSettings:
+    mla = bool(call_architecture(registry, arch, "uses_mla", arch.uses_mla, config))
+    ssm = call_architecture(registry, arch, "mamba_ssm_dtype_default", arch.mamba_ssm_dtype_default, config)
+    return resolve_settings(config, options, mla=mla, ssm_dtype_default=str(ssm), kv_cache_dtype=kv)
+
+
+def _prefixed(
+    specs: Mapping[str, KVCacheSpec], taken: Mapping[str, KVCacheSpec], source: str
+) -> dict[str, KVCacheSpec]:
+    out = {DRAFT_PREFIX + name: spec for name, spec in specs.items()}
+    clash = [n for n in out if n in taken]
+    if clash:
+        raise ModelFileError(f"{source}: draft layer name {clash[0]!r} is also a target layer name")
+    return out
+
+
+def _draft_options(options: HFOptions, mla: bool) -> HFOptions:
+    """The draft reads the target's options, but keeps a backend of its own attention kind."""
+    backend = BACKENDS.get(options.attention_backend)
+    if backend is not None and backend.mla != mla:
+        return options.replace(attention_backend=AUTO, block_size=None)
+    return options
+
+
+def build_hf_model(
+    config: ConfigInput,
+    draft: ConfigInput | None = None,
+    options: HFOptions | None = None,
+    *,
+    strategies: StrategySpec = None,
+    plugin_manager: KVRulesPluginManager | None = None,
+) -> HFModel:
+    """Build every layer's spec from ``config`` (and ``draft``), then align block sizes.
+
+    :param config: the target's ``config.json`` (a path, its directory, a dict or an :class:`HFConfig`).
+    :param draft: the draft model's config, ``"mtp"`` for the target's MTP layers, or ``None``.
+    :param options: engine options (:class:`HFOptions`); defaults when omitted.
+    :param strategies: the strategy set whose ``align`` rules run (as :class:`kvrules.Planner` takes it).
+    :param plugin_manager: a manager from :func:`kvrules.get_plugin_manager` (the default when omitted).
+    :raises ModelFileError: unreadable config, missing/invalid field, unknown architecture.
+    :raises ConfigError: an option that does not fit the model.
+    """
+    options = options or HFOptions()
+    pm = plugin_manager or default_plugin_manager()
+    registries = pm.registries
+    registry = registries.architectures
+    strategy_set = resolve_strategies(strategies, registries.rules)
+    log = DecisionLog()
+
+    cfg = as_config(config, "target")
+    arch, check = select_architecture(cfg, registry, log, role="target")
+    settings = _settings(cfg, arch, options, registry)
+    specs = check_built(arch, registry, call_architecture(registry, arch, "build", arch.build, cfg, settings))
+    engine: dict[str, Any] = {}
+    if settings.max_model_len is not None:
+        engine["max_model_len"] = settings.max_model_len
+    arch_engine, engine_note = call_architecture(
+        registry, arch, "engine_settings", arch.engine_settings, cfg, settings
+    )
+    engine.update(arch_engine)
+    notes = [*settings.notes, f"tensor_parallel_size {settings.tp}"]
+    if engine_note:
+        notes.append(f"{engine_note}: {arch_engine}")
+    record_built(cfg, arch, check, specs, log, role="target", notes="; ".join(notes))
+    target = BuiltModel(cfg, arch.name, settings, tuple(specs))
+
+    draft_model: BuiltModel | None = None
+    draft_specs: dict[str, KVCacheSpec] = {}
+    draft_kind: str | None = None
+    if isinstance(draft, str) and draft == MTP:
+        draft_kind = MTP
+        count = int(call_architecture(registry, arch, "mtp_layer_count", arch.mtp_layer_count, cfg))
+        if count <= 0:
+            raise ModelFileError(
+                f"{cfg.source}: draft 'mtp' needs multi-token-prediction layers, but the config has no "
+                f"{cfg.where('num_nextn_predict_layers')!r} > 0; give the draft model's config instead"
+            )
+        d_settings = settings
+        if options.draft_kv_cache_dtype is not None:
+            d_settings = _settings(cfg, arch, options, registry, kv=options.draft_kv_cache_dtype)
+        built = check_built(
+            arch,
+            registry,
+            call_architecture(registry, arch, "mtp_specs", arch.mtp_specs, cfg, d_settings, count),
+        )
+        draft_specs = _prefixed(built, specs, cfg.source)
+        log.record(
+            STAGE,
+            arch.name,
+            "applied",
+            f"draft: {count} multi-token-prediction layer(s) of {cfg.title} "
+            f"({cfg.where('num_nextn_predict_layers')}), kv cache {d_settings.kv.describe()}.",
+        )
+        k = options.num_speculative_tokens
+        if min(count, k) > 1:
+            engine["extra_retained_tokens"] = k - 1
+            log.record(
+                STAGE,
+                arch.name,
+                "applied",
+                f"multi-module MTP with {k} speculative tokens: sliding-window layers keep {k - 1} extra "
+                "tokens (EngineConfig.extra_retained_tokens, as vLLM 0.28).",
+            )
+        draft_model = BuiltModel(cfg, arch.name, d_settings, tuple(draft_specs))
+    elif draft is not None:
+        draft_kind = "model"
+        dcfg = as_config(draft, "draft")
+        darch, dcheck = select_architecture(dcfg, registry, log, role="draft")
+        dmla = bool(call_architecture(registry, darch, "uses_mla", darch.uses_mla, dcfg))
+        d_settings = _settings(
+            dcfg, darch, _draft_options(options, dmla), registry, kv=options.draft_kv_cache_dtype
+        )
+        d_settings = dataclasses.replace(
+            d_settings,
+            block_size=settings.block_size,
+            user_block_size=settings.user_block_size,
+            mamba_block_size=settings.mamba_block_size,
+            max_model_len=settings.max_model_len,
+        )
+        built = check_built(
+            darch, registry, call_architecture(registry, darch, "build", darch.build, dcfg, d_settings)
+        )
+        draft_specs = _prefixed(built, specs, dcfg.source)
+        record_built(
+            dcfg,
+            darch,
+            dcheck,
+            draft_specs,
+            log,
+            role="draft",
+            notes=f"layers prefixed {DRAFT_PREFIX!r}; kv cache {d_settings.kv.describe()}; "
+            f"the target's cache block size {settings.block_size}",
+        )
+        draft_model = BuiltModel(dcfg, darch.name, d_settings, tuple(draft_specs))
+
+    chunk = call_architecture(registry, arch, "mamba_chunk_size", arch.mamba_chunk_size, cfg)
+    ctx = AlignContext(
+        settings=settings,
+        draft_layers=frozenset(draft_specs),
+        decisions=log,
+        registries=registries,
+        mamba_chunk_size=chunk,
+        draft_settings=draft_model.settings if draft_model else None,
+    )
+    aligned = align_specs({**specs, **draft_specs}, ctx, strategy_set)
+    return HFModel(
+        specs=aligned,
+        decisions=tuple(log.items),
+        target=target,
+        draft=draft_model,
+        draft_kind=draft_kind,
+        engine=engine,
+        options=options,
+    )
+
+
+def specs_from_hf(
+    config: ConfigInput,
+    draft: ConfigInput | None = None,
+    options: HFOptions | None = None,
+    *,
+    strategies: StrategySpec = None,
+    plugin_manager: KVRulesPluginManager | None = None,
+) -> tuple[dict[str, KVCacheSpec], tuple[Decision, ...]]:
+    """Per-layer specs and the ``arch``/``align`` decisions (see :func:`build_hf_model`)."""
+    model = build_hf_model(config, draft, options, strategies=strategies, plugin_manager=plugin_manager)
+    return model.specs, model.decisions
+
+
+def model_from_hf(
+    config: ConfigInput,
+    draft: ConfigInput | None = None,
+    options: HFOptions | None = None,
+    *,
+    available_memory: list[int] | None = None,
+    strategies: StrategySpec = None,
+    plugin_manager: KVRulesPluginManager | None = None,
+) -> HFModelFile:
+    """A model file ready to plan (see :func:`build_hf_model`)."""
+    model = build_hf_model(config, draft, options, strategies=strategies, plugin_manager=plugin_manager)
+    return model.to_model_file(available_memory)
