@@ -21,6 +21,8 @@ class PlanContext:
     :ivar strategies: the active rules by kind.
     :ivar decisions: the decision log (``record`` appends to it).
     :ivar registries: everything plugins registered (spec types, rules, allocators).
+    :ivar workers: each worker's (pipeline stage's) layer names; empty when not planning.
+    :ivar memory: each worker's KV-cache bytes, in the order of ``workers``.
     """
 
     config: EngineConfig
@@ -29,6 +31,8 @@ class PlanContext:
     decisions: DecisionLog = field(default_factory=DecisionLog)
     #: the unified per-layer specs, set by :meth:`unify` (``None`` until a route unifies)
     unified: Mapping[str, KVCacheSpec] | None = None
+    workers: tuple[frozenset[str], ...] = ()
+    memory: tuple[int, ...] = ()
 
     def provider(self, rule_name: str) -> str:
         """Which plugin registered ``rule_name``."""

@@ -111,6 +111,8 @@ class Planner:
         workers_specs = _as_worker_list(specs)
         memories = _as_memory_list(available_memory, len(workers_specs))
         ctx = self._context(config)
+        ctx.workers = tuple(frozenset(ws) for ws in workers_specs)
+        ctx.memory = tuple(memories)
         merged = self._merge(workers_specs, ctx)
         converted = self._convert(merged, ctx)
         route_name, groups = self._route(converted, ctx)

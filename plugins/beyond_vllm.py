@@ -1,0 +1,220 @@
+"""Built-in plugin ``beyond-vllm``: grouping rules that waste less than vLLM 0.28 (off in ``vllm``).
+
+* ``min-padding`` (grouper, priority 100, asked before ``vllm-group-size``): the group size with
+  the fewest padded bytes per max-length request, then the fewest groups, with at most
+  ``max_groups`` groups.
+* ``speculator-group`` (partitioner): the draft model's layers (``EngineConfig.draft_layer_prefixes``)
+  in groups of their own; it places every layer, so the pool's group size is chosen with the
+  draft's groups in view.
+* ``draft-aware-align`` (aligner, priority 200, asked before ``hybrid-align``;
+  :mod:`kvrules_plugins.draft_align`): block sizes so that one common page, the smallest that
+  every attention geometry (target and draft) can fill exactly, covers the Mamba page.
+
+Each rule also works out what ``vllm-group-size`` would make of the same layers and acts only when
+its own grouping gives no lower max concurrency for the plan's workers and memory (one worker:
+one request costs no more bytes), then has no more groups, then no more padding slots. Both figures go into the decision (``before``: vLLM's,
+``after``: the rule's, with the alternatives considered). Per-request cost: :mod:`.group_cost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from kvrules import hookimpl
+from kvrules.context import PlanContext
+from kvrules.errors import PluginError
+from kvrules.groups import KVCacheGroup
+from kvrules.registry import RuleRegistry
+from kvrules.rules import Check, Grouper, Partitioner, applies, declines
+from kvrules.specs import KVCacheSpec
+from kvrules_plugins.draft_align import DraftAwareAlign
+from kvrules_plugins.group_cost import (
+    Candidate,
+    GroupingCost,
+    Pool,
+    acceptable,
+    alternatives,
+    grouping_cost,
+    ratio,
+    search,
+    shared_pool_blocker,
+    vllm_grouping,
+)
+from kvrules_plugins.groupers import buckets_by_spec
+
+DEFAULT_MAX_GROUPS = 8
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """A rule's pick next to vLLM's, with what else was tried."""
+
+    chosen: Candidate
+    vllm: GroupingCost
+    considered: list[Candidate]
+    over_cap: int
+
+    def record(self, ctx: PlanContext, rule: str, lead: str, max_groups: int) -> None:
+        mine, theirs = self.chosen.cost, self.vllm
+        where = f" on worker {mine.worker}" if len(ctx.workers) > 1 else ""
+        reason = (
+            f"{lead}group {mine.brief()}; vLLM's rule: {theirs.brief()}; one request costs "
+            f"{mine.request_bytes:,} B{where} instead of {theirs.request_bytes:,} B (max concurrency "
+            f"x{ratio(theirs, mine):.4f}); {len(self.considered)} group sizes with at most {max_groups} "
+            f"groups considered, {self.over_cap} over the cap."
+        )
+        after = {
+            **mine.as_dict(),
+            "alternatives": alternatives(self.considered, self.chosen),
+            "over_cap": self.over_cap,
+        }
+        ctx.decisions.record("group", rule, "applied", reason, before=theirs.as_dict(), after=after)
+
+
+def _check_limits(name: str, max_groups: int, max_capacity_loss: float = 0.0) -> None:
+    if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
+        raise PluginError(f"rule {name!r}: max_groups={max_groups!r} must be an integer >= 1")
+    if not isinstance(max_capacity_loss, int | float) or not 0.0 <= max_capacity_loss < 1.0:
+        raise PluginError(
+            f"rule {name!r}: max_capacity_loss={max_capacity_loss!r} must be a fraction in [0, 1); "
+            "0 keeps vLLM's capacity"
+        )
+
+
+def _not_better(vllm: GroupingCost, best: Candidate | None, max_groups: int) -> str:
+    if best is None:
+        return f"every group size makes more than {max_groups} groups; vLLM's rule ({vllm.brief()}) keeps its place."
+    return (
+        f"its best grouping ({best.cost.brief()}, {best.cost.request_bytes:,} B per request) is not "
+        f"better than vLLM's ({vllm.brief()}, {vllm.request_bytes:,} B per request)."
+    )
+
+
+@dataclass(frozen=True)
+class MinPadding(Grouper):
+    """Group size with the fewest padded bytes per max-length request (see the module docstring).
+
+    :ivar max_groups: the most groups a candidate may make (each group costs metadata work per step).
+    """
+
+    name: str = "min-padding"
+    priority: int = 100
+    description: str = (
+        "Group size with the fewest padded bytes per max-length request, then fewer groups "
+        "(at most max_groups); only when max concurrency is not lower than vLLM's rule."
+    )
+    max_groups: int = DEFAULT_MAX_GROUPS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_limits(self.name, self.max_groups)
+
+    def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
+        blocker = shared_pool_blocker(specs)
+        if blocker:
+            return blocker + "."
+        pool = Pool.of(ctx)
+        vllm = grouping_cost(vllm_grouping(specs, ctx), ctx.config, pool)
+        best, considered, over_cap = search(buckets_by_spec(specs), ctx.config, self.max_groups, pool)
+        if best is None or not acceptable(best.cost, vllm):
+            return _not_better(vllm, best, self.max_groups)
+        return _Choice(best, vllm, considered, over_cap)
+
+    def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
+        choice = self._choose(specs, ctx)
+        if isinstance(choice, str):
+            return declines(choice)
+        return applies(f"group size {choice.chosen.cost.group_size} costs no more than vLLM's rule.")
+
+    def group(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
+        choice = self._choose(specs, ctx)
+        if isinstance(choice, str):
+            raise PluginError(f"rule {self.name!r} was asked to group although it declines: {choice}")
+        choice.record(ctx, self.name, "", self.max_groups)
+        return list(choice.chosen.groups)
+
+
+@dataclass(frozen=True)
+class SpeculatorGroup(Partitioner):
+    """The draft model's layers in groups of their own; places every layer when it applies.
+
+    Draft layers are recognised by name (``EngineConfig.draft_layer_prefixes``) only. The draft's
+    buckets never merge with the target's, and the group size is searched over all buckets
+    (target and draft) as ``min-padding`` does, so a lone draft layer never forces group size 1
+    on the target and several draft layers never interleave with target layers.
+
+    :ivar max_groups: the most groups a candidate may make.
+    :ivar max_capacity_loss: max concurrency that may be given up against vLLM's rule in exchange
+        for fewer groups (0, the default, never loses capacity).
+    """
+
+    name: str = "speculator-group"
+    priority: int = 100
+    description: str = (
+        "Draft-model layers (by draft_layer_prefixes) in their own groups, group size searched "
+        "over target and draft buckets; only when max concurrency is not lower than vLLM's rule."
+    )
+    max_groups: int = DEFAULT_MAX_GROUPS
+    max_capacity_loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_limits(self.name, self.max_groups, self.max_capacity_loss)
+
+    def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
+        draft = [name for name in specs if ctx.config.is_draft_layer(name)]
+        prefixes = ", ".join(ctx.config.draft_layer_prefixes)
+        if not draft:
+            return f"no layer name starts with a draft prefix ({prefixes})."
+        if len(draft) == len(specs):
+            return f"all {len(specs)} layers are draft layers; there is no target to keep them from."
+        blocker = shared_pool_blocker(specs)
+        if blocker:
+            return blocker + "."
+        chosen = set(draft)
+        target = {n: s for n, s in specs.items() if n not in chosen}
+        buckets = buckets_by_spec(target) + buckets_by_spec({n: specs[n] for n in draft})
+        pool = Pool.of(ctx)
+        vllm = grouping_cost(vllm_grouping(specs, ctx), ctx.config, pool)
+        best, considered, over_cap = search(buckets, ctx.config, self.max_groups, pool)
+        loss = Fraction(self.max_capacity_loss).limit_denominator(1_000_000)
+        if best is None or not acceptable(best.cost, vllm, loss):
+            return f"{len(draft)} draft layers in their own groups: " + _not_better(
+                vllm, best, self.max_groups
+            )
+        return _Choice(best, vllm, considered, over_cap)
+
+    def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
+        choice = self._choose(specs, ctx)
+        if isinstance(choice, str):
+            return declines(choice)
+        drafts = sum(1 for n in specs if ctx.config.is_draft_layer(n))
+        return applies(
+            f"{drafts} draft layers get groups of their own at group size {choice.chosen.cost.group_size}."
+        )
+
+    def partition(
+        self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext
+    ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
+        choice = self._choose(specs, ctx)
+        if isinstance(choice, str):
+            raise PluginError(f"rule {self.name!r} was asked to partition although it declines: {choice}")
+        draft_groups = sum(
+            1 for g in choice.chosen.groups if all(ctx.config.is_draft_layer(n) for n in g.layer_names)
+        )
+        choice.record(
+            ctx, self.name, f"draft layers in {draft_groups} group(s) of their own; ", self.max_groups
+        )
+        return list(choice.chosen.groups), {}
+
+
+@hookimpl
+def kvrules_register_rules(registry: RuleRegistry) -> None:
+    registry.add(MinPadding())
+    registry.add(SpeculatorGroup())
+    registry.add(DraftAwareAlign())
+
+
+__all__ = ["DraftAwareAlign", "MinPadding", "SpeculatorGroup"]
