@@ -106,6 +106,16 @@ def _unify_one(
         )
         return new, decisions
     asked = "\n".join(f"  - {line}" for line in declined) or "  (no layer strategy is active)"
+    # keep the declines in the log: a fallback route may still produce a plan from it
+    ctx.decisions.extend(decisions)
+    ctx.decisions.record(
+        "unify",
+        DISPATCHER,
+        "failed",
+        f"No active layer strategy brings this page to the target of {target} bytes.",
+        layer=layer,
+        before=before,
+    )
     raise UnificationError(
         f"layer {layer!r} ({spec.type_name}, block_size {spec.block_size}, page {spec.page_size_bytes} "
         f"bytes) cannot be brought to the common page size of {target} bytes (the page of layer "

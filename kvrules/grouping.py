@@ -65,11 +65,15 @@ def group_specs(specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCa
                     ctx.decisions.record("group", rule.name, "declined", check.reason)
                     reasons.append(f"{rule.name}: {check.reason}")
                     continue
+                seen = len(ctx.decisions.items)
                 made = rule.group(remaining, ctx)
             except KVRulesError:
                 raise
             except Exception as exc:
                 raise _wrap(ctx, rule.name, "group", exc) from exc
+            if not any(d.rule == rule.name for d in ctx.decisions.items[seen:]):
+                # the grouper recorded nothing itself: record that it acted, and why
+                ctx.decisions.record("group", rule.name, "applied", f"{check.reason} {len(made)} groups.")
             groups.extend(made)
             break
         else:

@@ -28,6 +28,8 @@ from kvrules.specs import (
 def merged_spec(specs: Mapping[str, KVCacheSpec]) -> KVCacheSpec | None:
     """The one spec standing for all ``specs``, or ``None`` when they do not merge."""
     values = list(specs.values())
+    if not values:
+        return None
     try:
         return type(values[0]).merge(values)
     except ValueError:
@@ -205,6 +207,7 @@ VLLM_PRESET = (
     "shared-pool",
     "per-layer",
     "packed",
+    "hybrid-align",
 )
 
 

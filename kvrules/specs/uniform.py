@@ -24,6 +24,8 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
     """
 
     type_name: ClassVar[str] = "uniform_type"
+    #: the page is the sum of the members' pages; the group's block_size does not resize them
+    page_scales_with_block_size: ClassVar[bool] = False
 
     kv_cache_specs: Mapping[str, KVCacheSpec]
 
@@ -38,6 +40,18 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
 
     def field_values(self) -> tuple[Any, ...]:
         return (self.block_size, tuple(self.kv_cache_specs.items()))
+
+    @classmethod
+    def merge(cls, specs: Any) -> Any:
+        """Equal group specs merge into the first; different ones do not (``ValueError``)."""
+        first = specs[0]
+        if any(spec != first for spec in specs):
+            raise ValueError("uniform-type group specs differ")
+        return first
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a mappingproxy cannot be pickled; rebuild from a plain dict (plans cross processes)
+        return (type(self), (self.block_size, dict(self.kv_cache_specs)))
 
     @cached_property
     def real_page_size_bytes(self) -> int:  # type: ignore[override]

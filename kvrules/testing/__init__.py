@@ -1,0 +1,131 @@
+"""The conformance kit for kvrules plugin authors, and a pytest plugin (entry point ``pytest11``).
+
+Installed with kvrules, pytest loads it automatically (disable with ``-p no:kvrules``). It
+provides three fixtures:
+
+* ``kvrules_pm``: a fresh plugin manager (built-ins plus installed plugins); register test
+  plugins on it with ``kvrules_pm.register(obj, name="test-...")``;
+* ``make_specs``: :func:`make_specs`, to build a model from sample names and spec objects;
+* ``captured_decisions``: every ``kvrules.decision`` event logged during the test, as
+  :class:`~kvrules.Decision` objects (:class:`CapturedDecisions`);
+
+and the checks :func:`check_rule`, :func:`check_spec_type`, :func:`check_allocator`,
+:func:`check_view_layout`, :func:`check_plugin` and :func:`check_import_is_gpu_free`, which
+raise :class:`ConformanceError` naming what broke and how to fix it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
+
+import pytest
+import structlog
+
+from kvrules.decisions import Decision
+from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.testing.allocators import check_view_layout
+from kvrules.testing.checks import (
+    ConformanceError,
+    PluginReport,
+    RuleReport,
+    check_allocator,
+    check_import_is_gpu_free,
+    check_plugin,
+    check_rule,
+    check_spec_type,
+)
+from kvrules.testing.samples import (
+    SAMPLE_SPEC_NAMES,
+    Scenario,
+    make_specs,
+    sample_scenarios,
+    sample_spec,
+)
+
+DECISION_EVENT = "kvrules.decision"
+
+
+class CapturedDecisions:
+    """Decisions logged while the ``captured_decisions`` fixture is active (newest last)."""
+
+    def __init__(self, events: list[MutableMapping[str, Any]]) -> None:
+        self._events = events
+
+    @property
+    def events(self) -> list[MutableMapping[str, Any]]:
+        """The raw ``kvrules.decision`` event dicts (with ``event`` and ``log_level``)."""
+        return [e for e in self._events if e.get("event") == DECISION_EVENT]
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """The events as :class:`~kvrules.Decision` objects."""
+        return [Decision.from_dict(e) for e in self.events]
+
+    def by_rule(self, rule: str) -> list[Decision]:
+        """Decisions made by the rule named ``rule``."""
+        return [d for d in self.decisions if d.rule == rule]
+
+    def clear(self) -> None:
+        """Forget everything captured so far."""
+        self._events.clear()
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self) -> Iterator[Decision]:
+        return iter(self.decisions)
+
+
+@pytest.fixture
+def kvrules_pm() -> KVRulesPluginManager:
+    """A fresh plugin manager: built-ins plus installed plugins (honours the autoload variable)."""
+    return get_plugin_manager()
+
+
+@pytest.fixture(name="make_specs")
+def make_specs_fixture() -> Callable[..., Any]:
+    """:func:`kvrules.testing.make_specs`."""
+    return make_specs
+
+
+@pytest.fixture
+def captured_decisions() -> Iterator[CapturedDecisions]:
+    """Captures ``kvrules.decision`` events for the test (through ``structlog.testing.capture_logs``).
+
+    Debug events are captured even when the application configured a higher level; structlog's
+    configuration is restored afterwards.
+    """
+    was_configured = structlog.is_configured()
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with structlog.testing.capture_logs() as events:
+            yield CapturedDecisions(events)
+    finally:
+        if was_configured:
+            structlog.configure(**saved)
+        else:
+            structlog.reset_defaults()
+
+
+__all__ = [
+    "SAMPLE_SPEC_NAMES",
+    "CapturedDecisions",
+    "ConformanceError",
+    "PluginReport",
+    "RuleReport",
+    "Scenario",
+    "captured_decisions",
+    "check_allocator",
+    "check_import_is_gpu_free",
+    "check_plugin",
+    "check_rule",
+    "check_spec_type",
+    "check_view_layout",
+    "kvrules_pm",
+    "make_specs",
+    "sample_scenarios",
+    "sample_spec",
+]
