@@ -1,0 +1,529 @@
+"""kvrules as a drop-in KV-cache planner for vLLM (``pip install 'kvrules[vllm]'``).
+
+Three layers, each usable on its own:
+
+* conversion: :func:`from_vllm_specs` / :func:`to_vllm_specs` (vLLM spec objects <-> kvrules
+  specs, by field introspection, :mod:`kvrules.integrations.vllm_specs`) and
+  :func:`to_kv_cache_configs` (a :class:`kvrules.Plan` -> vLLM ``KVCacheConfig`` per worker);
+* drop-in functions with vLLM 0.28's signatures and side effects:
+  :func:`unify_kv_cache_spec_page_size`, :func:`get_kv_cache_groups`, :func:`get_kv_cache_configs`;
+* :func:`install` / :func:`uninstall`: route vLLM's own planning through kvrules. This is the
+  interim seam until vLLM offers a planner hook: it replaces those three attributes of
+  ``vllm.v1.core.kv_cache_utils`` (and of every loaded ``vllm.*`` module that imported them).
+
+Importing this module never imports vLLM. Errors derive from :class:`kvrules.KVRulesError` and
+also from the built-in types vLLM raises at the same place (``NotImplementedError`` for page
+unification, ``ValueError`` for memory and conversion, ``AssertionError`` for workers that
+disagree about a layer), so callers written against vLLM keep working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import structlog
+
+from kvrules.config import EngineConfig
+from kvrules.decisions import Decision
+from kvrules.errors import CapacityError, ConfigError, GroupingError
+from kvrules.groups import KVCacheGroup
+from kvrules.integrations.vllm_config import VllmSettings, read_vllm_config
+from kvrules.integrations.vllm_specs import (
+    VllmClasses,
+    VllmNotInstalledError,
+    from_vllm_spec,
+    from_vllm_specs,
+    to_vllm_spec,
+    to_vllm_specs,
+    vllm_classes,
+    vllm_version,
+)
+from kvrules.plan import Plan, WorkerPlan
+from kvrules.planner import Planner
+from kvrules.plugin_manager import KVRulesPluginManager
+from kvrules.specs import MambaSpec, SlidingWindowSpec
+from kvrules.specs.base import KVCacheSpec
+from kvrules.strategies import StrategySpec
+
+log = structlog.get_logger("kvrules")
+#: vLLM's operators read vLLM's log: the decisions vLLM itself reports there are repeated here
+vllm_log = logging.getLogger("vllm.kvrules")
+
+#: the module whose functions :func:`install` replaces
+UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
+#: the functions :func:`install` replaces, by name
+DROP_IN_NAMES: tuple[str, ...] = (
+    "unify_kv_cache_spec_page_size",
+    "get_kv_cache_groups",
+    "get_kv_cache_configs",
+)
+#: environment variable read by the vLLM general plugin (see :func:`vllm_general_plugin`)
+STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
+DEFAULT_STRATEGIES = "vllm"
+
+
+class WorkerSpecMismatchError(GroupingError, AssertionError):
+    """Two workers report different specs for the same layer (vLLM asserts here)."""
+
+
+class VllmCapacityError(CapacityError):
+    """Not enough KV-cache memory for one request of ``max_model_len`` (vLLM's ``ValueError``)."""
+
+
+# -- plan -> vLLM ----------------------------------------------------------------------------
+def _group_spec(group: KVCacheGroup, classes: VllmClasses, cache: dict[int, Any]) -> Any:
+    key = id(group.spec)
+    spec = cache.get(key)
+    if spec is None:
+        spec = to_vllm_spec(
+            group.spec, layer=group.layer_names[0] if group.layer_names else None, classes=classes
+        )
+        cache[key] = spec
+    return classes.KVCacheGroupSpec(
+        list(group.layer_names), spec, is_eagle_group=group.is_eagle_group and bool(group.layer_names)
+    )
+
+
+def _tensor(tensor: Any, classes: VllmClasses) -> Any:
+    names = set(getattr(classes.KVCacheTensor, "__dataclass_fields__", {}))
+    kwargs: dict[str, Any] = {"size": tensor.size, "shared_by": list(tensor.shared_by)}
+    for field in ("offset", "block_stride"):
+        value = getattr(tensor, field)
+        if field in names:
+            kwargs[field] = value
+        elif value:
+            raise ConfigError(
+                f"the plan packs tensor {list(tensor.shared_by)} at {field}={value}, but vLLM "
+                f"{classes.version}'s KVCacheTensor has no {field!r} field; use a vLLM with the packed "
+                "layout (0.28+) or a strategy set without the 'packed' layout"
+            )
+    return classes.KVCacheTensor(**kwargs)
+
+
+def to_kv_cache_config(worker: WorkerPlan, *, classes: VllmClasses | None = None) -> Any:
+    """vLLM's ``KVCacheConfig`` for one worker of a plan (groups projected onto the worker)."""
+    resolved = classes if classes is not None else vllm_classes()
+    cache: dict[int, Any] = {}
+    return resolved.KVCacheConfig(
+        num_blocks=worker.num_blocks,
+        kv_cache_tensors=[_tensor(t, resolved) for t in worker.tensors],
+        kv_cache_groups=[_group_spec(g, resolved, cache) for g in worker.groups],
+    )
+
+
+def to_kv_cache_configs(plan: Plan, *, classes: VllmClasses | None = None) -> list[Any]:
+    """vLLM's ``KVCacheConfig`` for every worker of ``plan``, in worker order."""
+    resolved = classes if classes is not None else vllm_classes()
+    return [to_kv_cache_config(w, classes=resolved) for w in plan.workers]
+
+
+def to_kv_cache_groups(groups: Sequence[KVCacheGroup], *, classes: VllmClasses | None = None) -> list[Any]:
+    """vLLM's ``KVCacheGroupSpec`` list for kvrules groups."""
+    resolved = classes if classes is not None else vllm_classes()
+    cache: dict[int, Any] = {}
+    return [_group_spec(g, resolved, cache) for g in groups]
+
+
+# -- vLLM-facing log lines -------------------------------------------------------------------
+_VLLM_LOG_LEVELS = {
+    "hybrid-disabled": logging.WARNING,
+    "full-allocation-fallback": logging.WARNING,
+    "auto-fit": logging.INFO,
+    "num-gpu-blocks-override": logging.INFO,
+}
+_VLLM_LOG_NOTES = {
+    "hybrid-disabled": " Memory savings of sliding-window and chunked layers are off; their compute is unchanged.",
+    "full-allocation-fallback": " Only allocation changes: sliding-window attention compute is unchanged.",
+}
+
+
+def _forward_to_vllm_log(decisions: Sequence[Decision]) -> None:
+    """Repeat the model-level decisions vLLM reports in its own log on the ``vllm.kvrules`` logger."""
+    for decision in decisions:
+        level = _VLLM_LOG_LEVELS.get(decision.rule)
+        if level is None or decision.outcome != "applied" or decision.layer is not None:
+            continue
+        vllm_log.log(
+            level, "kvrules %s: %s%s", decision.rule, decision.reason, _VLLM_LOG_NOTES.get(decision.rule, "")
+        )
+
+
+# -- the adapter -----------------------------------------------------------------------------
+def _route(
+    planner: Planner, specs: Mapping[str, KVCacheSpec], config: EngineConfig
+) -> tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec], tuple[Decision, ...]]:
+    """Convert and route ``specs`` with ``planner``'s rules, as ``Planner.plan`` does before layout."""
+    ctx = planner._context(config)
+    converted = planner._convert(specs, ctx)
+    _, groups = planner._route(converted, ctx)
+    return groups, converted, tuple(ctx.decisions.items)
+
+
+def _check_same_across_workers(kv_cache_specs: Sequence[Mapping[str, Any]]) -> None:
+    seen: dict[str, tuple[int, Any]] = {}
+    for index, worker in enumerate(kv_cache_specs):
+        for name, spec in worker.items():
+            first = seen.setdefault(name, (index, spec))
+            if first[1] != spec:
+                raise WorkerSpecMismatchError(
+                    f"layer {name!r} has different specs on worker {first[0]} ({first[1]!r}) and worker "
+                    f"{index} ({spec!r}); every worker must report the same spec for a layer it shares"
+                )
+
+
+def _with_extra_retained(workers: list[dict[str, KVCacheSpec]], tokens: int) -> list[dict[str, KVCacheSpec]]:
+    """Set ``extra_retained_tokens`` on every sliding-window layer, as vLLM 0.28 does before grouping."""
+    out = []
+    for worker in workers:
+        fixed = dict(worker)
+        for name, spec in worker.items():
+            if isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens != tokens:
+                fixed[name] = spec.evolve(extra_retained_tokens=tokens)
+        out.append(fixed)
+    return out
+
+
+def _check_mamba_mode(workers: Sequence[Mapping[str, KVCacheSpec]], mode: str | None) -> None:
+    if mode is None:
+        return
+    for worker in workers:
+        for name, spec in worker.items():
+            if isinstance(spec, MambaSpec) and spec.mamba_cache_mode != mode:
+                raise ConfigError(
+                    f"layer {name!r}: MambaSpec.mamba_cache_mode={spec.mamba_cache_mode!r} but "
+                    f"vllm_config.cache_config.mamba_cache_mode={mode!r}; vLLM sizes Mamba memory by the "
+                    "config and kvrules by the spec, so they must agree: build the spec from the same config"
+                )
+
+
+class VllmAdapter:
+    """The three drop-in functions, planning with one kvrules strategy set.
+
+    :param strategies: a preset name (``"vllm"`` reproduces vLLM 0.28; ``"default"``), or a list
+        of rule names, as :class:`kvrules.Planner` takes.
+    :param plugin_manager: a manager from :func:`kvrules.get_plugin_manager`.
+    :param classes: the vLLM classes to build (the installed vLLM's, imported on first use).
+    """
+
+    def __init__(
+        self,
+        strategies: StrategySpec = DEFAULT_STRATEGIES,
+        *,
+        plugin_manager: KVRulesPluginManager | None = None,
+        classes: VllmClasses | None = None,
+    ) -> None:
+        self.planner = Planner(strategies, plugin_manager=plugin_manager)
+        self._classes = classes
+
+    @property
+    def classes(self) -> VllmClasses:
+        """The vLLM classes results are built from."""
+        if self._classes is None:
+            self._classes = vllm_classes()
+        return self._classes
+
+    @property
+    def strategy_key(self) -> tuple[str, ...]:
+        """The active rule names, kind by kind (two adapters with equal keys plan alike)."""
+        return (self.planner.strategies.name, *self.planner.strategies.names())
+
+    def _from_vllm(self, specs: Mapping[str, Any]) -> dict[str, KVCacheSpec]:
+        return from_vllm_specs(specs, spec_types=self.planner.registries.spec_types.classes)
+
+    def unify_kv_cache_spec_page_size(self, kv_cache_spec: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``unify_kv_cache_spec_page_size``: every page brought to the largest.
+
+        Returns ``kv_cache_spec`` itself when the pages are already equal; layers that keep
+        their spec keep the very object they came with.
+
+        :raises UnificationError: (a ``NotImplementedError``) a page no active rule can unify.
+        """
+        specs = self._from_vllm(kv_cache_spec)
+        result = self.planner.unify(specs)
+        if result.specs is specs:
+            return kv_cache_spec
+        return {
+            name: kv_cache_spec[name]
+            if new == specs[name]
+            else to_vllm_spec(new, layer=name, classes=self.classes)
+            for name, new in result.specs.items()
+        }
+
+    def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
+        """vLLM's ``get_kv_cache_groups``: the KV-cache groups of the whole model.
+
+        As in vLLM, with ``scheduler_config.disable_hybrid_kv_cache_manager`` set, the layers
+        converted to full attention are replaced in ``kv_cache_spec`` in place.
+        """
+        settings = read_vllm_config(vllm_config, grouping_only=True)
+        specs = self._from_vllm(kv_cache_spec)
+        groups, converted, decisions = _route(self.planner, specs, settings.engine)
+        if settings.engine.disable_hybrid_kv_cache_manager:
+            for name, new in converted.items():
+                if new is not specs[name]:
+                    kv_cache_spec[name] = to_vllm_spec(new, layer=name, classes=self.classes)
+        _forward_to_vllm_log(decisions)
+        return to_kv_cache_groups(groups, classes=self.classes)
+
+    def plan(
+        self, vllm_config: Any, kv_cache_specs: Sequence[Mapping[str, Any]], available_memory: Sequence[int]
+    ) -> Plan:
+        """The kvrules plan, decisions included, for vLLM's inputs (what :meth:`get_kv_cache_configs`
+        converts); no side effect on ``vllm_config``."""
+        return self._plan(read_vllm_config(vllm_config), kv_cache_specs, available_memory)
+
+    def _retains_extra_tokens(self) -> bool:
+        """vLLM sizes sliding windows by ``extra_retained_tokens`` only where its spec has the field (0.28+)."""
+        cls = self.classes.specs.get("SlidingWindowSpec")
+        return cls is not None and "extra_retained_tokens" in {f.name for f in dataclasses.fields(cls)}
+
+    def _plan(
+        self,
+        settings: VllmSettings,
+        kv_cache_specs: Sequence[Mapping[str, Any]],
+        available_memory: Sequence[int],
+    ) -> Plan:
+        if settings.engine.extra_retained_tokens and not self._retains_extra_tokens():
+            settings = dataclasses.replace(
+                settings, engine=dataclasses.replace(settings.engine, extra_retained_tokens=0)
+            )
+        _check_same_across_workers(kv_cache_specs)
+        workers = [self._from_vllm(worker) for worker in kv_cache_specs]
+        workers = _with_extra_retained(workers, settings.engine.extra_retained_tokens)
+        _check_mamba_mode(workers, settings.mamba_cache_mode)
+        memory = [int(m) for m in available_memory]
+        try:
+            plan = self.planner.plan(list(workers), memory, settings.engine)
+        except CapacityError as exc:
+            raise VllmCapacityError(
+                f"{exc} (vLLM: one request of the model's max seq len ({settings.engine.max_model_len}) "
+                "does not fit in the KV cache memory.)",
+                needed_bytes=exc.needed_bytes,
+                available_bytes=exc.available_bytes,
+                max_fitting_len=exc.max_fitting_len,
+            ) from exc
+        if settings.cross_layer_blocks and sum(1 for g in plan.groups if g.layer_names) > 1:
+            raise ConfigError(
+                "vllm_config.kv_transfer_config asks for packed cross-layer blocks "
+                "(enable_cross_layers_blocks), which the kvrules integration does not plan; unset it "
+                "or plan with vLLM's own planner (kvrules.integrations.vllm.uninstall())"
+            )
+        return plan
+
+    def get_kv_cache_configs(
+        self, vllm_config: Any, kv_cache_specs: list[dict[str, Any]], available_memory: list[int]
+    ) -> list[Any]:
+        """vLLM's ``get_kv_cache_configs``: one ``KVCacheConfig`` per worker, equal ``num_blocks``.
+
+        Side effect as in vLLM: with auto-fit (``model_config.original_max_model_len == -1``)
+        a shorter fitting length is written to ``vllm_config.model_config.max_model_len``.
+
+        :raises VllmCapacityError: (a ``ValueError``) one request of ``max_model_len`` does not fit.
+        :raises WorkerSpecMismatchError: (an ``AssertionError``) workers disagree about a layer.
+        """
+        settings = read_vllm_config(vllm_config)
+        plan = self._plan(settings, kv_cache_specs, available_memory)
+        if settings.engine.auto_fit_max_model_len and plan.max_model_len < settings.engine.max_model_len:
+            vllm_config.model_config.max_model_len = plan.max_model_len
+        _forward_to_vllm_log(plan.decisions)
+        return to_kv_cache_configs(plan, classes=self.classes)
+
+
+# -- module-level drop-ins -------------------------------------------------------------------
+_lock = threading.RLock()
+_default_adapter: VllmAdapter | None = None
+
+
+@dataclass
+class _Installation:
+    adapter: VllmAdapter
+    patched: list[tuple[ModuleType, str, Any]]
+
+
+_installation: _Installation | None = None
+
+
+def _adapter() -> VllmAdapter:
+    global _default_adapter
+    with _lock:
+        if _installation is not None:
+            return _installation.adapter
+        if _default_adapter is None:
+            _default_adapter = VllmAdapter(DEFAULT_STRATEGIES)
+        return _default_adapter
+
+
+def unify_kv_cache_spec_page_size(kv_cache_spec: dict[str, Any]) -> dict[str, Any]:
+    """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
+    return _adapter().unify_kv_cache_spec_page_size(kv_cache_spec)
+
+
+def get_kv_cache_groups(vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
+    """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
+    return _adapter().get_kv_cache_groups(vllm_config, kv_cache_spec)
+
+
+def get_kv_cache_configs(
+    vllm_config: Any, kv_cache_specs: list[dict[str, Any]], available_memory: list[int]
+) -> list[Any]:
+    """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
+    return _adapter().get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory)
+
+
+_DROP_INS: dict[str, Callable[..., Any]] = {
+    "unify_kv_cache_spec_page_size": unify_kv_cache_spec_page_size,
+    "get_kv_cache_groups": get_kv_cache_groups,
+    "get_kv_cache_configs": get_kv_cache_configs,
+}
+
+
+# -- install / uninstall ---------------------------------------------------------------------
+def _import_utils() -> ModuleType:
+    try:
+        return importlib.import_module(UTILS_MODULE)
+    except ImportError as exc:
+        raise VllmNotInstalledError(
+            f"cannot route vLLM's planning through kvrules: {UTILS_MODULE} is not importable ({exc}); "
+            "install vLLM with `pip install 'kvrules[vllm]'`"
+        ) from exc
+
+
+def _vllm_modules() -> list[ModuleType]:
+    return [
+        m for m in list(sys.modules.values()) if isinstance(m, ModuleType) and m.__name__.startswith("vllm")
+    ]
+
+
+def _patch(utils: ModuleType) -> list[tuple[ModuleType, str, Any]]:
+    """Replace every reference to vLLM's functions that is not kvrules' yet; returns what changed."""
+    patched: list[tuple[ModuleType, str, Any]] = []
+    for name, ours in _DROP_INS.items():
+        original = utils.__dict__.get(name)
+        if original is None or original is ours:
+            continue
+        for module in _vllm_modules():
+            if module.__dict__.get(name) is original:
+                setattr(module, name, ours)
+                patched.append((module, name, original))
+    return patched
+
+
+def install(
+    strategies: StrategySpec = DEFAULT_STRATEGIES, *, plugin_manager: KVRulesPluginManager | None = None
+) -> None:
+    """Route vLLM's KV-cache planning through kvrules (the interim seam until vLLM has a hook).
+
+    Replaces ``unify_kv_cache_spec_page_size``, ``get_kv_cache_groups`` and
+    ``get_kv_cache_configs`` in ``vllm.v1.core.kv_cache_utils`` and in every loaded ``vllm.*``
+    module that imported them. Idempotent: installing the same strategy set again only
+    re-applies replacements that were undone (e.g. by ``importlib.reload`` of vLLM's module);
+    another set replaces the active one. Logs one ``kvrules.vllm.installed`` event when it acts.
+
+    :param strategies: ``"vllm"`` (vLLM 0.28's behaviour, the default), ``"default"``, or a list.
+    :raises VllmNotInstalledError: vLLM is not importable.
+    :raises PluginError: an unknown strategy name.
+    """
+    global _installation
+    adapter = VllmAdapter(strategies, plugin_manager=plugin_manager)
+    with _lock:
+        utils = _import_utils()
+        current = _installation
+        same = (
+            current is not None
+            and current.adapter.strategy_key == adapter.strategy_key
+            and (plugin_manager is None or current.adapter.planner.plugin_manager is plugin_manager)
+        )
+        fresh = _patch(utils)
+        if current is not None and same:
+            if not fresh:
+                return
+            adapter = current.adapter
+        patched = (current.patched if current is not None else []) + fresh
+        _installation = _Installation(adapter, patched)
+    log.info(
+        "kvrules.vllm.installed",
+        strategy_set=adapter.planner.strategies.name,
+        vllm_version=vllm_version(),
+        replaced=sorted({f"{m.__name__}.{n}" for m, n, _ in patched}),
+    )
+
+
+def uninstall() -> None:
+    """Give vLLM its own planning functions back (a no-op when not installed)."""
+    global _installation
+    with _lock:
+        current = _installation
+        if current is None:
+            return
+        latest: dict[str, Any] = {}
+        for module, name, original in reversed(current.patched):  # newest original first
+            latest.setdefault(name, original)
+            if module.__dict__.get(name) is _DROP_INS[name]:
+                setattr(module, name, original)
+        for module in _vllm_modules():  # modules that imported kvrules' functions after install()
+            for name, original in latest.items():
+                if module.__dict__.get(name) is _DROP_INS[name]:
+                    setattr(module, name, original)
+        _installation = None
+    log.info("kvrules.vllm.uninstalled", restored=len(current.patched))
+
+
+def installed_strategies() -> str | None:
+    """The name of the installed strategy set, or ``None`` when vLLM plans by itself."""
+    with _lock:
+        return None if _installation is None else _installation.adapter.planner.strategies.name
+
+
+def parse_strategies(text: str) -> StrategySpec:
+    """``"vllm"`` -> ``"vllm"``; ``"vllm,min-padding"`` -> ``["vllm", "min-padding"]``."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        return DEFAULT_STRATEGIES
+    return names[0] if len(names) == 1 else names
+
+
+def vllm_general_plugin() -> None:
+    """Entry point in vLLM's ``vllm.general_plugins`` group, run in every vLLM process.
+
+    Installs kvrules when ``KVRULES_VLLM_STRATEGIES`` is set (e.g. ``vllm`` or ``default``);
+    does nothing otherwise, so merely installing kvrules never changes vLLM.
+    """
+    text = os.environ.get(STRATEGIES_ENV, "").strip()
+    if text:
+        install(parse_strategies(text))
+
+
+__all__ = [
+    "DROP_IN_NAMES",
+    "STRATEGIES_ENV",
+    "VllmAdapter",
+    "VllmCapacityError",
+    "VllmClasses",
+    "VllmNotInstalledError",
+    "WorkerSpecMismatchError",
+    "from_vllm_spec",
+    "from_vllm_specs",
+    "get_kv_cache_configs",
+    "get_kv_cache_groups",
+    "install",
+    "installed_strategies",
+    "parse_strategies",
+    "to_kv_cache_config",
+    "to_kv_cache_configs",
+    "to_kv_cache_groups",
+    "to_vllm_spec",
+    "to_vllm_specs",
+    "unify_kv_cache_spec_page_size",
+    "uninstall",
+    "vllm_classes",
+    "vllm_general_plugin",
+]

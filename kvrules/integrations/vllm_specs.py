@@ -1,0 +1,343 @@
+"""Conversion between vLLM's KV-cache spec objects and kvrules specs, by field introspection.
+
+Classes are matched by name (vLLM's ``FullAttentionSpec`` <-> kvrules' ``FullAttentionSpec``,
+and so on for every spec class the active plugins registered), and fields by name, so any vLLM
+release whose spec classes are dataclasses with these names works (0.27.x and 0.28.x).
+
+Contract, both ways:
+
+* a field both sides have is converted exactly (dtypes by name, enums by member name);
+* a vLLM field kvrules does not model is accepted only while it holds its default (so leaving
+  it out on the way back restores it); any other value is a :class:`~kvrules.SpecError` that
+  names the layer and the field;
+* a kvrules field the target vLLM class lacks must hold its kvrules default, else SpecError;
+  ``head_size_v`` equal to what both derive (``head_size``, 0 for MLA) is left for vLLM to derive;
+* the page size is checked after every conversion: both sides must agree to the byte.
+
+Nothing here imports vLLM; :func:`vllm_classes` does, lazily, when it is first called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from kvrules.dtypes import dtype_name, to_torch
+from kvrules.errors import KVRulesError, SpecError
+from kvrules.specs.base import KVCacheSpec, KVQuantMode
+
+#: the vLLM module that defines the spec, group, tensor and config classes
+INTERFACE_MODULE = "vllm.v1.kv_cache_interface"
+
+
+class VllmNotInstalledError(KVRulesError, ImportError):
+    """vLLM is needed for this call but cannot be imported (``pip install 'kvrules[vllm]'``)."""
+
+
+@dataclass(frozen=True)
+class VllmClasses:
+    """The vLLM classes a conversion builds: spec classes by name, plus the config classes.
+
+    :ivar specs: spec class name -> class (``"FullAttentionSpec"`` -> the class).
+    :ivar KVCacheConfig: vLLM's ``KVCacheConfig``.
+    :ivar KVCacheGroupSpec: vLLM's ``KVCacheGroupSpec``.
+    :ivar KVCacheTensor: vLLM's ``KVCacheTensor``.
+    :ivar version: the vLLM version, for error messages.
+    """
+
+    specs: Mapping[str, type]
+    KVCacheConfig: type
+    KVCacheGroupSpec: type
+    KVCacheTensor: type
+    version: str = "unknown"
+
+    @classmethod
+    def from_namespace(cls, namespace: Any, *, version: str = "unknown") -> VllmClasses:
+        """Collect the classes from a module (or any object) holding them as attributes.
+
+        Every dataclass attribute whose name ends in ``Spec`` or ``Specs`` counts as a spec class.
+        """
+        specs: dict[str, type] = {}
+        for name in dir(namespace):
+            value = getattr(namespace, name, None)
+            if (
+                isinstance(value, type)
+                and dataclasses.is_dataclass(value)
+                and name.endswith(("Spec", "Specs"))
+                and name != "KVCacheGroupSpec"
+            ):
+                specs[name] = value
+        try:
+            return cls(
+                specs=specs,
+                KVCacheConfig=namespace.KVCacheConfig,
+                KVCacheGroupSpec=namespace.KVCacheGroupSpec,
+                KVCacheTensor=namespace.KVCacheTensor,
+                version=version,
+            )
+        except AttributeError as exc:
+            raise VllmNotInstalledError(
+                f"{namespace!r} lacks vLLM's KV-cache config classes ({exc}); pass the module "
+                f"{INTERFACE_MODULE} or an object with the same class names"
+            ) from None
+
+
+def vllm_version() -> str:
+    """The installed vLLM's version, or ``"unknown"``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@lru_cache(maxsize=1)
+def vllm_classes() -> VllmClasses:
+    """The installed vLLM's classes (imports vLLM on first call).
+
+    :raises VllmNotInstalledError: vLLM cannot be imported.
+    """
+    try:
+        module = importlib.import_module(INTERFACE_MODULE)
+    except ImportError as exc:
+        raise VllmNotInstalledError(
+            f"vLLM is not importable ({exc}); install it with `pip install 'kvrules[vllm]'`"
+        ) from exc
+    return VllmClasses.from_namespace(module, version=vllm_version())
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _where(layer: str | None) -> str:
+    return f"layer {layer!r}" if layer is not None else "spec"
+
+
+def _field_default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def _page_of(obj: Any) -> int | None:
+    try:
+        page = obj.page_size_bytes
+    except Exception:  # a third-party class may not compute pages standalone
+        return None
+    return page if isinstance(page, int) and not isinstance(page, bool) else None
+
+
+def _check_page(layer: str | None, kv: KVCacheSpec, vllm_spec: Any, direction: str) -> None:
+    page = _page_of(vllm_spec)
+    if page is not None and page != kv.page_size_bytes:
+        raise SpecError(
+            f"{_where(layer)}: {direction} {type(kv).__name__} changes the page size: vLLM computes "
+            f"{page} bytes, kvrules {kv.page_size_bytes} bytes; the spec cannot be mapped exactly "
+            "(a field one side does not model affects the page). Plan this model with vLLM's own "
+            "planner (kvrules.integrations.vllm.uninstall()) or register a kvrules spec type for it"
+        )
+
+
+def kvrules_classes_by_name(spec_types: Mapping[str, type[KVCacheSpec]]) -> dict[str, type[KVCacheSpec]]:
+    """Registered kvrules spec classes keyed by class name (the key vLLM classes are matched on).
+
+    The first class registered under a name wins, so a plugin cannot shadow a built-in.
+    """
+    out: dict[str, type[KVCacheSpec]] = {}
+    for cls in spec_types.values():
+        out.setdefault(cls.__name__, cls)
+    return out
+
+
+def _default_spec_types() -> Mapping[str, type[KVCacheSpec]]:
+    from kvrules.plugin_manager import default_registries
+
+    return default_registries().spec_types.classes
+
+
+# -- vLLM -> kvrules ---------------------------------------------------------------------------
+def _to_kvrules_value(
+    name: str, value: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]
+) -> Any:
+    if name == "dtype":
+        return dtype_name(value, field=f"{_where(layer)} dtype")
+    if name == "dtypes":
+        return tuple(dtype_name(v, field=f"{_where(layer)} dtypes") for v in value)
+    if name == "shapes":
+        return tuple(tuple(int(x) for x in shape) for shape in value)
+    if name == "kv_quant_mode":
+        return KVQuantMode.parse(
+            value.name if isinstance(value, enum.Enum) else value, field=f"{_where(layer)} kv_quant_mode"
+        )
+    if name == "mamba_type":
+        return value.name.lower() if isinstance(value, enum.Enum) else value
+    if name == "kv_cache_specs":
+        return {member: _from_vllm(spec, member, kinds) for member, spec in value.items()}
+    return value
+
+
+def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
+    vname = type(spec).__name__
+    kcls = kinds.get(vname)
+    if kcls is None or not dataclasses.is_dataclass(spec):
+        raise SpecError(
+            f"{_where(layer)}: vLLM spec type {vname} has no kvrules equivalent; kvrules models "
+            f"{', '.join(sorted(kinds))}. Register a kvrules spec type whose class has that name through a "
+            "plugin, or plan this model with vLLM's own planner (kvrules.integrations.vllm.uninstall())"
+        )
+    known = {f.name for f in dataclasses.fields(kcls)}
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(spec):
+        value = getattr(spec, field.name)
+        if field.name in known:
+            kwargs[field.name] = _to_kvrules_value(field.name, value, layer, kinds)
+            continue
+        default = _field_default(field)
+        if default is dataclasses.MISSING or value != default:
+            raise SpecError(
+                f"{_where(layer)}: vLLM {vname}.{field.name}={value!r} is not modelled by kvrules "
+                f"(only its default {default!r} can be planned exactly); plan this model with vLLM's own "
+                "planner (kvrules.integrations.vllm.uninstall())"
+            )
+    try:
+        kv = kcls(**kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{_where(layer)}: vLLM {vname}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{_where(layer)}: vLLM {vname} cannot be converted: {exc}") from None
+    _check_page(layer, kv, spec, "converting vLLM's")
+    return kv
+
+
+def from_vllm_spec(
+    spec: Any, *, layer: str | None = None, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+) -> KVCacheSpec:
+    """The kvrules spec equal to vLLM's ``spec`` (see the module docstring for the contract).
+
+    :param layer: the layer name, for error messages.
+    :param spec_types: kvrules type name -> class; every registered spec type by default.
+    :raises SpecError: an unknown spec class, an unmodelled non-default field, or a page mismatch.
+    """
+    kinds = kvrules_classes_by_name(spec_types if spec_types is not None else _default_spec_types())
+    return _from_vllm(spec, layer, kinds)
+
+
+def from_vllm_specs(
+    specs: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+) -> dict[str, KVCacheSpec]:
+    """:func:`from_vllm_spec` for every layer of ``specs`` (layer order kept)."""
+    kinds = kvrules_classes_by_name(spec_types if spec_types is not None else _default_spec_types())
+    return {name: _from_vllm(spec, name, kinds) for name, spec in specs.items()}
+
+
+# -- kvrules -> vLLM ---------------------------------------------------------------------------
+def _enum_member(
+    enum_cls: type[enum.Enum], name: str, layer: str | None, field: str, classes: VllmClasses
+) -> Any:
+    try:
+        return enum_cls[name]
+    except KeyError:
+        raise SpecError(
+            f"{_where(layer)}: {field}={name} has no member in vLLM {classes.version}'s "
+            f"{enum_cls.__name__} ({', '.join(enum_cls.__members__)})"
+        ) from None
+
+
+def _to_vllm_value(
+    name: str, value: Any, field: dataclasses.Field[Any], layer: str | None, classes: VllmClasses
+) -> Any:
+    default = field.default
+    if name == "dtype":
+        return to_torch(value)
+    if name == "dtypes":
+        return tuple(to_torch(v) for v in value)
+    if name == "kv_quant_mode" and isinstance(default, enum.Enum):
+        return _enum_member(type(default), value.name, layer, name, classes)
+    if name == "mamba_type" and isinstance(default, enum.Enum):
+        return _enum_member(type(default), str(value).upper(), layer, name, classes)
+    if name == "kv_cache_specs":
+        return {member: _to_vllm(spec, member, classes) for member, spec in value.items()}
+    return value
+
+
+def _derived_by_default(spec: KVCacheSpec, name: str, value: Any) -> bool:
+    """True when ``value`` is what both sides derive for ``name`` left unset (``head_size_v``:
+    ``head_size``, or 0 for MLA); such a field is left for vLLM to derive, as its own specs do."""
+    if name != "head_size_v":
+        return False
+    implied = (
+        getattr(spec, "head_size", None)
+        if getattr(type(spec), "default_head_size_v_is_head_size", True)
+        else 0
+    )
+    return bool(value == implied)
+
+
+def _to_vllm(spec: KVCacheSpec, layer: str | None, classes: VllmClasses) -> Any:
+    kname = type(spec).__name__
+    vcls = classes.specs.get(kname)
+    if vcls is None:
+        raise SpecError(
+            f"{_where(layer)}: kvrules spec type {kname} has no class in vLLM {classes.version} "
+            f"(its spec classes: {', '.join(sorted(classes.specs))})"
+        )
+    vfields = {f.name: f for f in dataclasses.fields(vcls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(spec):
+        value = getattr(spec, field.name)
+        vfield = vfields.get(field.name)
+        if _derived_by_default(spec, field.name, value):
+            continue
+        if vfield is None:
+            if field.default is dataclasses.MISSING or value != field.default:
+                raise SpecError(
+                    f"{_where(layer)}: {kname}.{field.name}={value!r} cannot be expressed: vLLM "
+                    f"{classes.version}'s {kname} has no field {field.name!r}"
+                )
+            continue
+        kwargs[field.name] = _to_vllm_value(field.name, value, vfield, layer, classes)
+    try:
+        out = vcls(**kwargs)
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise SpecError(
+            f"{_where(layer)}: vLLM {classes.version}'s {kname} rejected {kwargs}: {exc}"
+        ) from None
+    _check_page(layer, spec, out, "building vLLM's")
+    return out
+
+
+def to_vllm_spec(spec: KVCacheSpec, *, layer: str | None = None, classes: VllmClasses | None = None) -> Any:
+    """The vLLM spec object equal to kvrules' ``spec``.
+
+    :param layer: the layer name, for error messages.
+    :param classes: the vLLM classes to build (the installed vLLM's by default).
+    :raises SpecError: vLLM has no such class, lacks a field holding a non-default value, or
+        computes a different page size.
+    """
+    return _to_vllm(spec, layer, classes if classes is not None else vllm_classes())
+
+
+def to_vllm_specs(specs: Mapping[str, KVCacheSpec], *, classes: VllmClasses | None = None) -> dict[str, Any]:
+    """:func:`to_vllm_spec` for every layer of ``specs`` (layer order kept)."""
+    resolved = classes if classes is not None else vllm_classes()
+    return {name: _to_vllm(spec, name, resolved) for name, spec in specs.items()}
+
+
+__all__ = [
+    "INTERFACE_MODULE",
+    "VllmClasses",
+    "VllmNotInstalledError",
+    "from_vllm_spec",
+    "from_vllm_specs",
+    "kvrules_classes_by_name",
+    "to_vllm_spec",
+    "to_vllm_specs",
+    "vllm_classes",
+    "vllm_version",
+]

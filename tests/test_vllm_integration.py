@@ -1,0 +1,584 @@
+"""kvrules.integrations.vllm: conversions, drop-ins and install(), against stand-in classes with
+vLLM 0.28's names (no vLLM needed); one test runs against the real vLLM when it is importable."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+import sys
+import types
+from typing import Any, ClassVar
+
+import pytest
+import structlog
+import torch
+import vllm_standins as vs
+from case_loader import CASES_DIR, load_case
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvrules
+from kvrules import (
+    CapacityError,
+    ChunkedLocalAttentionSpec,
+    ConfigError,
+    CrossAttentionSpec,
+    EncoderOnlyAttentionSpec,
+    FullAttentionSpec,
+    GroupingError,
+    KVQuantMode,
+    MambaSpec,
+    MLAAttentionSpec,
+    SinkFullAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+    SpecError,
+    UnificationError,
+    UniformTypeKVCacheSpecs,
+)
+from kvrules.integrations import vllm as kv_vllm
+from kvrules.integrations.vllm_config import read_vllm_config
+from kvrules.integrations.vllm_specs import VllmClasses, VllmNotInstalledError
+
+CLASSES = VllmClasses.from_namespace(vs.namespace(), version="stand-in 0.28")
+CLASSES_027 = VllmClasses.from_namespace(vs.build_027(), version="stand-in 0.27")
+
+
+def adapter(strategies: Any = "vllm") -> kv_vllm.VllmAdapter:
+    return kv_vllm.VllmAdapter(strategies, classes=CLASSES)
+
+
+def full(**kw: Any) -> Any:
+    args = {"block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype": torch.float32} | kw
+    return vs.FullAttentionSpec(**args)
+
+
+def swa(**kw: Any) -> Any:
+    args = {
+        "block_size": 16,
+        "num_kv_heads": 2,
+        "head_size": 64,
+        "dtype": torch.float32,
+        "sliding_window": 1,
+    } | kw
+    return vs.SlidingWindowSpec(**args)
+
+
+KV_SPECS = {
+    "full": FullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype="bfloat16", sliding_window=4),
+    "fp8": FullAttentionSpec(
+        16, num_kv_heads=8, head_size=128, dtype="float8_e4m3fn", kv_quant_mode=KVQuantMode.FP8_PER_TENSOR
+    ),
+    "swa": SlidingWindowSpec(32, num_kv_heads=4, head_size=64, dtype="float16", sliding_window=512),
+    "chunked": ChunkedLocalAttentionSpec(
+        16, num_kv_heads=4, head_size=64, dtype="bfloat16", attention_chunk_size=8192
+    ),
+    "mla": MLAAttentionSpec(
+        64, num_kv_heads=1, head_size=576, dtype="bfloat16", compress_ratio=4, model_version="deepseek_v4"
+    ),
+    "swa_mla": SlidingWindowMLASpec(64, num_kv_heads=1, head_size=512, dtype="bfloat16", sliding_window=128),
+    "mamba": MambaSpec(
+        16, shapes=((3, 768), (4, 32, 32)), dtypes=("bfloat16", "float32"), mamba_type="gdn_attn"
+    ),
+    "cross": CrossAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="float32"),
+    "encoder": EncoderOnlyAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="float32"),
+    "sink": SinkFullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="float32", sink_len=4),
+    "uniform": UniformTypeKVCacheSpecs(
+        16,
+        {
+            "u1": FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="float32"),
+            "u2": FullAttentionSpec(16, num_kv_heads=4, head_size=64, dtype="float32"),
+        },
+    ),
+    "padded": FullAttentionSpec(
+        16,
+        num_kv_heads=2,
+        head_size=64,
+        dtype="float32",
+        page_size_padded=20000,
+        indexes_kv_by_block_stride=True,
+    ),
+}
+
+
+# -- conversion ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(KV_SPECS))
+def test_kvrules_spec_round_trips_through_vllm_classes(name: str) -> None:
+    spec = KV_SPECS[name]
+    vllm_spec = kv_vllm.to_vllm_spec(spec, layer=name, classes=CLASSES)
+    assert type(vllm_spec).__name__ == type(spec).__name__
+    assert vllm_spec.page_size_bytes == spec.page_size_bytes
+    assert kv_vllm.from_vllm_spec(vllm_spec, layer=name) == spec
+
+
+def test_vllm_values_are_vllm_types() -> None:
+    mamba = kv_vllm.to_vllm_spec(KV_SPECS["mamba"], classes=CLASSES)
+    assert mamba.mamba_type is vs.MambaAttentionBackendEnum.GDN_ATTN
+    assert mamba.dtypes == (torch.bfloat16, torch.float32)
+    fp8 = kv_vllm.to_vllm_spec(KV_SPECS["fp8"], classes=CLASSES)
+    assert fp8.kv_quant_mode is vs.KVQuantMode.FP8_PER_TENSOR and fp8.dtype is torch.float8_e4m3fn
+    assert fp8.num_head_slots is None and fp8.state_content_bytes is None and fp8.non_causal is False
+
+
+def test_vllm_objects_round_trip_with_unmodelled_defaults_restored() -> None:
+    specs = {
+        "a": full(kv_quant_mode=vs.KVQuantMode.FP8_PER_TENSOR, dtype=torch.uint8),
+        "b": swa(extra_retained_tokens=2, indexes_kv_by_block_stride=True),
+        "c": vs.MambaSpec(
+            16, ((2, 512),), (torch.float32,), mamba_type=vs.MambaAttentionBackendEnum.SHORT_CONV
+        ),
+        "d": vs.UniformTypeKVCacheSpecs(16, {"d1": full(), "d2": full(head_size=128)}),
+        "e": vs.MLAAttentionSpec(
+            block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16, cache_dtype_str="auto"
+        ),
+    }
+    back = kv_vllm.to_vllm_specs(kv_vllm.from_vllm_specs(specs), classes=CLASSES)
+    assert back == specs
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["full", "swa", "chunked"]),
+    block=st.sampled_from([1, 16, 64, 544]),
+    heads=st.integers(1, 16),
+    head=st.sampled_from([32, 64, 96, 128, 256]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float8_e5m2]),
+    window=st.integers(1, 8192),
+)
+def test_attention_round_trip_property(
+    kind: str, block: int, heads: int, head: int, dtype: Any, window: int
+) -> None:
+    common = {"block_size": block, "num_kv_heads": heads, "head_size": head, "dtype": dtype}
+    spec = {
+        "full": lambda: vs.FullAttentionSpec(**common),
+        "swa": lambda: vs.SlidingWindowSpec(**common, sliding_window=window),
+        "chunked": lambda: vs.ChunkedLocalAttentionSpec(**common, attention_chunk_size=window),
+    }[kind]()
+    kv = kv_vllm.from_vllm_spec(spec, layer="x")
+    assert kv.page_size_bytes == spec.page_size_bytes
+    assert kv_vllm.to_vllm_spec(kv, classes=CLASSES) == spec
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (full(state_content_bytes=1234), "state_content_bytes"),
+        (full(num_head_slots=3), "num_head_slots"),
+        (full(non_causal=True), "non_causal"),
+    ],
+)
+def test_unmodelled_non_default_field_is_an_error_naming_layer_and_field(spec: Any, field: str) -> None:
+    with pytest.raises(SpecError, match=rf"layer 'model.layers.3'.*FullAttentionSpec\.{field}="):
+        kv_vllm.from_vllm_specs({"model.layers.3": spec})
+
+
+def test_unknown_vllm_spec_class_is_an_error_naming_layer_and_type() -> None:
+    hidden = vs.HiddenStateCacheSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    with pytest.raises(SpecError, match=r"layer 'cache_only.0': vLLM spec type HiddenStateCacheSpec"):
+        kv_vllm.from_vllm_specs({"cache_only.0": hidden})
+
+
+def test_a_registered_spec_type_of_that_name_converts() -> None:
+    @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+    class HiddenStateCacheSpec(MLAAttentionSpec):  # what a plugin would register
+        type_name: ClassVar[str] = "hidden_state_cache"
+
+    types_ = {
+        **kvrules.get_plugin_manager().registries.spec_types.classes,
+        "hidden_state_cache": HiddenStateCacheSpec,
+    }
+    hidden = vs.HiddenStateCacheSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    converted = kv_vllm.from_vllm_spec(hidden, layer="cache_only.0", spec_types=types_)
+    assert type(converted) is HiddenStateCacheSpec and converted.page_size_bytes == hidden.page_size_bytes
+    assert kv_vllm.to_vllm_spec(converted, classes=CLASSES) == hidden
+
+
+def test_quant_mode_kvrules_lacks_is_an_error() -> None:
+    with pytest.raises(SpecError, match=r"layer 'l0' kv_quant_mode='TURBOQUANT_K8V4'"):
+        kv_vllm.from_vllm_specs({"l0": full(kv_quant_mode=vs.KVQuantMode.TURBOQUANT_K8V4)})
+
+
+def test_page_mismatch_is_detected() -> None:
+    class FullAttentionSpec(vs.FullAttentionSpec):  # same name, a page formula kvrules does not share
+        @property
+        def page_size_bytes(self) -> int:
+            return super().page_size_bytes + 8
+
+    odd = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32)
+    with pytest.raises(SpecError, match=r"layer 'odd'.*vLLM computes 16392 bytes, kvrules 16384"):
+        kv_vllm.from_vllm_specs({"odd": odd})
+
+
+def test_older_vllm_without_a_field() -> None:
+    ok = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="float32")
+    old_full = CLASSES_027.specs["FullAttentionSpec"]
+    assert kv_vllm.to_vllm_spec(ok, classes=CLASSES_027) == old_full(
+        block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32
+    )
+    strided = ok.evolve(indexes_kv_by_block_stride=True)
+    with pytest.raises(SpecError, match=r"indexes_kv_by_block_stride=True.*stand-in 0.27"):
+        kv_vllm.to_vllm_spec(strided, layer="l", classes=CLASSES_027)
+
+
+def test_older_vllm_without_extra_retained_tokens_or_head_size_v() -> None:
+    old = CLASSES_027.specs
+    chunked = kv_vllm.to_vllm_spec(KV_SPECS["chunked"], classes=CLASSES_027)
+    assert type(chunked) is old["ChunkedLocalAttentionSpec"] and chunked.attention_chunk_size == 8192
+    window = old["SlidingWindowSpec"](
+        block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32, sliding_window=8
+    )
+    cfg = vs.vllm_config(max_model_len=64, speculative=vs.MTPConfig(3))  # such a vLLM retains no extra tokens
+    plan = kv_vllm.VllmAdapter(classes=CLASSES_027).plan(cfg, [{"w": window}], [1 << 24])
+    assert plan.config.extra_retained_tokens == 0 and plan.specs["w"].extra_retained_tokens == 0
+
+
+def test_kvrules_only_type_has_no_vllm_class() -> None:
+    classes = VllmClasses(
+        specs={},
+        KVCacheConfig=vs.KVCacheConfig,
+        KVCacheGroupSpec=vs.KVCacheGroupSpec,
+        KVCacheTensor=vs.KVCacheTensor,
+    )
+    with pytest.raises(SpecError, match="FullAttentionSpec has no class in vLLM"):
+        kv_vllm.to_vllm_spec(KV_SPECS["full"], classes=classes)
+
+
+# -- plan -> KVCacheConfig -------------------------------------------------------------------
+needs_cases = pytest.mark.skipif(not CASES_DIR.is_dir(), reason=f"shared cases not found at {CASES_DIR}")
+
+
+@needs_cases
+@pytest.mark.parametrize("name", ["c5c_dsv4_like", "c2c_gemma_5to1_x2_pp2", "c3_issue43626_mamba_draft"])
+def test_plan_converts_to_kv_cache_configs(name: str) -> None:
+    case = load_case(name)
+    plan = kvrules.plan(case.workers, case.memory, case.config, strategies="vllm")
+    configs = kv_vllm.to_kv_cache_configs(plan, classes=CLASSES)
+    assert len(configs) == len(plan.workers)
+    for config, worker in zip(configs, plan.workers, strict=True):
+        assert config.num_blocks == worker.num_blocks
+        assert [(t.size, t.shared_by, t.offset, t.block_stride) for t in config.kv_cache_tensors] == [
+            (t.size, list(t.shared_by), t.offset, t.block_stride) for t in worker.tensors
+        ]
+        assert [g.layer_names for g in config.kv_cache_groups] == [list(g.layer_names) for g in worker.groups]
+        for group, ours in zip(config.kv_cache_groups, worker.groups, strict=True):
+            assert kv_vllm.from_vllm_spec(group.kv_cache_spec) == ours.spec
+            assert group.is_eagle_group is False
+
+
+@needs_cases
+def test_packed_layout_needs_a_vllm_with_block_stride() -> None:
+    case = load_case("c5c_dsv4_like")
+    plan = kvrules.plan(case.workers, case.memory, case.config, strategies="vllm")
+    assert any(t.block_stride for t in plan.workers[0].tensors)
+    with pytest.raises(ConfigError, match=r"no 'offset' field|no 'block_stride' field"):
+        kv_vllm.to_kv_cache_configs(plan, classes=CLASSES_027)
+
+
+# -- reading vllm_config ---------------------------------------------------------------------
+def test_read_vllm_config_maps_the_fields_vllm_reads() -> None:
+    cfg = vs.vllm_config(
+        max_model_len=131072,
+        original_max_model_len=-1,
+        max_num_batched_tokens=4096,
+        num_gpu_blocks_override=1000,
+        dcp=2,
+        speculative=vs.MTPConfig(3),
+    )
+    cfg.max_in_flight_tokens = 8192  # two batches in flight: vLLM sizes windows by this
+    engine = read_vllm_config(cfg).engine
+    assert engine == kvrules.EngineConfig(
+        max_model_len=131072,
+        max_num_batched_tokens=8192,
+        max_num_encoder_input_tokens=4096,
+        num_gpu_blocks_override=1000,
+        decode_context_parallel_size=2,
+        extra_retained_tokens=2,
+        auto_fit_max_model_len=True,
+    )
+    assert (
+        read_vllm_config(
+            vs.vllm_config(speculative=vs.MTPConfig(3, multi_module=False))
+        ).engine.extra_retained_tokens
+        == 0
+    )
+
+
+def test_read_vllm_config_grouping_needs_only_the_hybrid_switch() -> None:
+    cfg = types.SimpleNamespace(
+        scheduler_config=types.SimpleNamespace(disable_hybrid_kv_cache_manager=True), speculative_config=None
+    )
+    assert read_vllm_config(cfg, grouping_only=True).engine.disable_hybrid_kv_cache_manager is True
+    with pytest.raises(ConfigError, match=r"vllm_config\.model_config\.max_model_len is missing"):
+        read_vllm_config(cfg)
+
+
+# -- drop-in functions -----------------------------------------------------------------------
+def test_unify_returns_the_same_dict_when_pages_agree() -> None:
+    specs = {"a": full(), "b": swa()}
+    assert adapter().unify_kv_cache_spec_page_size(specs) is specs
+
+
+def test_unify_scales_blocks_and_keeps_untouched_objects() -> None:
+    big = full(num_kv_heads=4)
+    specs = {
+        "mamba": vs.MambaSpec(16, ((2, 512), (3, 32, 32)), (torch.float32, torch.float32)),
+        "attn": full(),
+        "draft": big,
+    }
+    out = adapter().unify_kv_cache_spec_page_size(specs)
+    assert out["draft"] is big
+    assert out["attn"] == full(block_size=32)
+    assert out["mamba"].page_size_padded == 32768 and out["mamba"].block_size == 16
+
+
+def test_unify_failure_is_a_not_implemented_error() -> None:
+    with pytest.raises(NotImplementedError) as info:
+        adapter().unify_kv_cache_spec_page_size({"a": full(block_size=24), "b": full(num_kv_heads=4)})
+    assert isinstance(info.value, UnificationError)
+
+
+def test_groups_with_hybrid_manager_disabled_convert_in_place(caplog: pytest.LogCaptureFixture) -> None:
+    specs = {"l1": full(), "l2": swa()}
+    with caplog.at_level(logging.WARNING, logger="vllm.kvrules"):
+        groups = adapter().get_kv_cache_groups(vs.vllm_config(disable_hybrid=True), specs)
+    assert groups == [vs.KVCacheGroupSpec(["l1", "l2"], full(sliding_window=1))]
+    assert specs["l2"] == full(sliding_window=1)
+    assert "kvrules hybrid-disabled" in caplog.text
+
+
+def test_groups_with_hybrid_manager_leave_the_input_alone() -> None:
+    second = swa()
+    specs = {"l1": full(), "l2": second}
+    groups = adapter().get_kv_cache_groups(vs.vllm_config(), specs)
+    assert groups == [vs.KVCacheGroupSpec(["l1"], full()), vs.KVCacheGroupSpec(["l2"], swa())]
+    assert specs["l2"] is second
+
+
+def test_configs_match_vllm_shape() -> None:
+    page = full().page_size_bytes
+    configs = adapter().get_kv_cache_configs(
+        vs.vllm_config(max_model_len=16), [{"l1": full(), "l2": swa()}], [page * 64]
+    )
+    assert configs == [
+        vs.KVCacheConfig(
+            num_blocks=64,
+            kv_cache_tensors=[vs.KVCacheTensor(page * 64, ["l1", "l2"])],
+            kv_cache_groups=[vs.KVCacheGroupSpec(["l1"], full()), vs.KVCacheGroupSpec(["l2"], swa())],
+        )
+    ]
+
+
+def test_configs_set_extra_retained_tokens_for_multi_module_mtp() -> None:
+    cfg = vs.vllm_config(max_model_len=64, speculative=vs.MTPConfig(3))
+    configs = adapter().get_kv_cache_configs(cfg, [{"l1": full(), "l2": swa()}], [1 << 24])
+    assert configs[0].kv_cache_groups[1].kv_cache_spec == swa(extra_retained_tokens=2)
+
+
+def test_workers_that_disagree_raise_an_assertion_error() -> None:
+    with pytest.raises(AssertionError, match="layer 'l1' has different specs") as info:
+        adapter().get_kv_cache_configs(vs.vllm_config(), [{"l1": full()}, {"l1": swa()}], [1 << 20, 1 << 20])
+    assert isinstance(info.value, GroupingError)
+
+
+def test_not_enough_memory_is_vllms_value_error() -> None:
+    cfg = vs.vllm_config(max_model_len=16384, num_gpu_blocks_override=32)
+    with pytest.raises(ValueError, match="max seq len") as info:
+        adapter().get_kv_cache_configs(cfg, [{"l1": full(), "l2": full()}], [1 << 30])
+    assert isinstance(info.value, CapacityError) and info.value.max_fitting_len == 512
+
+
+def test_auto_fit_writes_the_length_back() -> None:
+    cfg = vs.vllm_config(max_model_len=1024, original_max_model_len=-1)
+    page = full().page_size_bytes
+    adapter().get_kv_cache_configs(cfg, [{"l1": full(), "l2": full()}], [page * 2 * 32])
+    assert cfg.model_config.max_model_len == 512
+
+
+def test_adapter_plan_explains_without_side_effects() -> None:
+    cfg = vs.vllm_config(max_model_len=1024, original_max_model_len=-1)
+    page = full().page_size_bytes
+    plan = adapter().plan(cfg, [{"l1": full(), "l2": full()}], [page * 2 * 32])
+    assert plan.max_model_len == 512 and cfg.model_config.max_model_len == 1024
+    assert [d.outcome for d in plan.decisions if d.rule == "auto-fit"] == ["applied"]
+
+
+def test_mamba_mode_must_match_the_config() -> None:
+    mamba = vs.MambaSpec(16, ((2, 512),), (torch.float32,), mamba_cache_mode="align")
+    with pytest.raises(ConfigError, match=r"layer 'm'.*mamba_cache_mode='align'.*'none'"):
+        adapter().get_kv_cache_configs(vs.vllm_config(), [{"m": mamba}], [1 << 20])
+
+
+def test_cross_layer_blocks_are_refused() -> None:
+    transfer = types.SimpleNamespace(kv_connector_extra_config={"enable_cross_layers_blocks": "true"})
+    cfg = vs.vllm_config(max_model_len=16, kv_transfer_config=transfer)
+    with pytest.raises(ConfigError, match="enable_cross_layers_blocks"):
+        adapter().get_kv_cache_configs(cfg, [{"l1": full(), "l2": swa()}], [1 << 24])
+
+
+def test_attention_free_model() -> None:
+    configs = adapter().get_kv_cache_configs(vs.vllm_config(max_model_len=16), [{}], [0])
+    assert configs == [vs.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[])]
+
+
+# -- install / uninstall ---------------------------------------------------------------------
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> tuple[types.ModuleType, types.ModuleType]:
+    """``vllm.v1.core.kv_cache_utils`` and ``vllm.v1.engine.core`` (which imported one function)."""
+    kv_vllm.uninstall()
+    utils = types.ModuleType("vllm.v1.core.kv_cache_utils")
+    for name in kv_vllm.DROP_IN_NAMES:
+        setattr(utils, name, lambda *a, _name=name: ("vllm", _name))
+    engine = types.ModuleType("vllm.v1.engine.core")
+    engine.get_kv_cache_configs = utils.get_kv_cache_configs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, utils.__name__, utils)
+    monkeypatch.setitem(sys.modules, engine.__name__, engine)
+    yield utils, engine
+    kv_vllm.uninstall()
+
+
+def test_install_is_idempotent_reversible_and_logs_once(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType],
+) -> None:
+    utils, engine = fake_vllm
+    originals = {name: getattr(utils, name) for name in kv_vllm.DROP_IN_NAMES}
+    with structlog.testing.capture_logs() as logs:
+        kv_vllm.install()
+        kv_vllm.install("vllm")
+    assert [e["event"] for e in logs] == ["kvrules.vllm.installed"]
+    assert logs[0]["strategy_set"] == "vllm"
+    assert logs[0]["replaced"] == sorted(
+        [f"vllm.v1.core.kv_cache_utils.{n}" for n in kv_vllm.DROP_IN_NAMES]
+        + ["vllm.v1.engine.core.get_kv_cache_configs"]
+    )
+    assert kv_vllm.installed_strategies() == "vllm"
+    for name in kv_vllm.DROP_IN_NAMES:
+        assert getattr(utils, name) is getattr(kv_vllm, name)
+    assert engine.get_kv_cache_configs is kv_vllm.get_kv_cache_configs
+    kv_vllm.uninstall()
+    kv_vllm.uninstall()
+    assert kv_vllm.installed_strategies() is None
+    assert {name: getattr(utils, name) for name in kv_vllm.DROP_IN_NAMES} == originals
+    assert engine.get_kv_cache_configs is originals["get_kv_cache_configs"]
+
+
+def test_install_another_set_swaps_the_planner(fake_vllm: tuple[types.ModuleType, types.ModuleType]) -> None:
+    utils, _ = fake_vllm
+    original = utils.get_kv_cache_groups
+    kv_vllm.install("vllm")
+    with structlog.testing.capture_logs() as logs:
+        kv_vllm.install("default")
+    assert [e["strategy_set"] for e in logs] == ["default"]
+    assert kv_vllm.installed_strategies() == "default"
+    kv_vllm.uninstall()
+    assert utils.get_kv_cache_groups is original
+
+
+def test_modules_imported_after_install_are_restored_too(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType],
+) -> None:
+    utils, _ = fake_vllm
+    original = utils.get_kv_cache_groups
+    kv_vllm.install()
+    late = types.ModuleType("vllm.v1.worker.late")
+    late.get_kv_cache_groups = utils.get_kv_cache_groups  # type: ignore[attr-defined]
+    sys.modules[late.__name__] = late
+    try:
+        kv_vllm.uninstall()
+        assert late.get_kv_cache_groups is original
+    finally:
+        del sys.modules[late.__name__]
+
+
+def test_install_again_repairs_a_reloaded_module(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType],
+) -> None:
+    utils, engine = fake_vllm
+    kv_vllm.install()
+    fresh = {name: (lambda *a: "reloaded") for name in kv_vllm.DROP_IN_NAMES}
+    for name, fn in fresh.items():  # what importlib.reload does to vLLM's module
+        setattr(utils, name, fn)
+    with structlog.testing.capture_logs() as logs:
+        kv_vllm.install()
+    assert [e["event"] for e in logs] == ["kvrules.vllm.installed"]
+    assert utils.get_kv_cache_groups is kv_vllm.get_kv_cache_groups
+    kv_vllm.uninstall()
+    assert {name: getattr(utils, name) for name in kv_vllm.DROP_IN_NAMES} == fresh
+    assert engine.get_kv_cache_configs is not kv_vllm.get_kv_cache_configs
+
+
+def test_install_unknown_strategy_changes_nothing(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType],
+) -> None:
+    utils, _ = fake_vllm
+    original = utils.get_kv_cache_configs
+    with pytest.raises(kvrules.PluginError, match="unknown"):
+        kv_vllm.install("no-such-set")
+    assert utils.get_kv_cache_configs is original and kv_vllm.installed_strategies() is None
+
+
+def test_install_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    kv_vllm.uninstall()
+    monkeypatch.setitem(sys.modules, kv_vllm.UTILS_MODULE, None)
+    with pytest.raises(ImportError, match=r"kvrules\[vllm\]") as info:
+        kv_vllm.install()
+    assert isinstance(info.value, VllmNotInstalledError) and isinstance(info.value, kvrules.KVRulesError)
+
+
+def test_general_plugin_installs_only_when_asked(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(kv_vllm.STRATEGIES_ENV, raising=False)
+    kv_vllm.vllm_general_plugin()
+    assert kv_vllm.installed_strategies() is None
+    monkeypatch.setenv(kv_vllm.STRATEGIES_ENV, "default")
+    kv_vllm.vllm_general_plugin()
+    assert kv_vllm.installed_strategies() == "default"
+
+
+def test_parse_strategies() -> None:
+    assert kv_vllm.parse_strategies("vllm") == "vllm"
+    assert kv_vllm.parse_strategies(" vllm , min-padding ") == ["vllm", "min-padding"]
+    assert kv_vllm.parse_strategies("") == "vllm"
+
+
+def test_importing_kvrules_never_imports_vllm() -> None:
+    code = (
+        "import sys, kvrules, kvrules.integrations.vllm;"
+        "sys.exit(any(m == 'vllm' or m.startswith('vllm.') for m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# -- the real vLLM, when it is importable ----------------------------------------------------
+def test_real_vllm_round_trip_and_drop_in_parity() -> None:
+    interface = pytest.importorskip("vllm.v1.kv_cache_interface")
+    utils = pytest.importorskip("vllm.v1.core.kv_cache_utils")
+    real = kv_vllm.vllm_classes()
+    specs = {
+        f"layer.{i}": spec for i, spec in enumerate(KV_SPECS.values()) if type(spec).__name__ in real.specs
+    }
+    as_vllm = kv_vllm.to_vllm_specs(specs, classes=real)
+    assert all(type(s).__module__ == interface.__name__ for s in as_vllm.values())
+    back = kv_vllm.from_vllm_specs(as_vllm)
+    assert {n: s.page_size_bytes for n, s in back.items()} == {n: s.page_size_bytes for n, s in specs.items()}
+    assert kv_vllm.to_vllm_specs(back, classes=real) == as_vllm  # vLLM's side is restored exactly
+
+    model = {
+        f"model.layers.{i}.attn": interface.FullAttentionSpec(
+            block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16
+        )
+        if i % 3 == 2
+        else interface.SlidingWindowSpec(
+            block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, sliding_window=512
+        )
+        for i in range(9)
+    }
+    theirs = utils.__dict__.get("get_kv_cache_configs")
+    if theirs is kv_vllm.get_kv_cache_configs:  # already installed in this process
+        pytest.skip("vLLM's planner is replaced in this process")
+    expected = theirs(vs.vllm_config(max_model_len=8192), [dict(model)], [1 << 28])
+    got = kv_vllm.VllmAdapter("vllm").get_kv_cache_configs(
+        vs.vllm_config(max_model_len=8192), [dict(model)], [1 << 28]
+    )
+    assert got == expected

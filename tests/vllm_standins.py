@@ -1,0 +1,283 @@
+"""Small stand-ins for vLLM's KV-cache classes: vLLM 0.28's class and field names and defaults
+(shared/reference/vllm-0.28-signatures.md), with simple page formulas, so the integration can be
+tested without vLLM. ``build_027`` makes an older-looking variant lacking two fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from math import prod
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+
+class KVQuantMode(enum.IntEnum):
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+    NVFP4 = 5
+    TURBOQUANT_K8V4 = 6
+
+
+class MambaAttentionBackendEnum(enum.Enum):
+    MAMBA1 = "mamba1"
+    MAMBA2 = "mamba2"
+    SHORT_CONV = "short_conv"
+    GDN_ATTN = "gdn_attn"
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    block_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionSpec(KVCacheSpec):
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    head_size_v: int = None  # type: ignore[assignment]
+    kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+    page_size_padded: int | None = None
+    indexes_kv_by_block_stride: bool = False
+    num_head_slots: int | None = None
+    state_content_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.head_size_v is None:
+            object.__setattr__(self, "head_size_v", self.head_size)
+
+    @property
+    def storage_block_size(self) -> int:
+        return self.block_size
+
+    @property
+    def page_size_bytes(self) -> int:
+        if self.page_size_padded is not None:
+            return self.page_size_padded
+        heads = self.num_head_slots or self.num_kv_heads
+        cell = self.state_content_bytes or (self.head_size + self.head_size_v) * _itemsize(self.dtype)
+        return heads * self.storage_block_size * cell
+
+
+@dataclass(frozen=True, kw_only=True)
+class FullAttentionSpec(AttentionSpec):
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    non_causal: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLAAttentionSpec(FullAttentionSpec):
+    head_size_v: int = 0
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    compress_ratio: int = 1
+    model_version: str | None = None
+    non_causal_multi_token_decode: bool = False
+
+    @property
+    def storage_block_size(self) -> int:
+        return self.block_size // self.compress_ratio
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowSpec(AttentionSpec):
+    sliding_window: int
+    extra_retained_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowMLASpec(SlidingWindowSpec):
+    head_size_v: int = 0
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    compress_ratio: int = 1
+    model_version: str | None = None
+
+    @property
+    def storage_block_size(self) -> int:
+        return self.block_size // self.compress_ratio
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkedLocalAttentionSpec(AttentionSpec):
+    attention_chunk_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossAttentionSpec(AttentionSpec):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncoderOnlyAttentionSpec(AttentionSpec):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkFullAttentionSpec(FullAttentionSpec):
+    sink_len: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HiddenStateCacheSpec(MLAAttentionSpec):
+    pass
+
+
+@dataclass(frozen=True)
+class MambaSpec(KVCacheSpec):
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[torch.dtype, ...]
+    page_size_padded: int | None = None
+    mamba_type: MambaAttentionBackendEnum = MambaAttentionBackendEnum.MAMBA2
+    mamba_cache_mode: str = "none"
+    num_speculative_blocks: int = 0
+
+    @property
+    def page_size_bytes(self) -> int:
+        if self.page_size_padded is not None:
+            return self.page_size_padded
+        return sum(prod(s) * _itemsize(d) for s, d in zip(self.shapes, self.dtypes, strict=True))
+
+
+@dataclass(frozen=True)
+class UniformTypeKVCacheSpecs(KVCacheSpec):
+    kv_cache_specs: dict[str, Any]
+
+    @property
+    def page_size_bytes(self) -> int:
+        return sum(s.page_size_bytes for s in self.kv_cache_specs.values())
+
+
+@dataclass
+class KVCacheTensor:
+    size: int
+    shared_by: list[str]
+    offset: int = 0
+    block_stride: int = 0
+
+
+@dataclass
+class KVCacheGroupSpec:
+    layer_names: list[str]
+    kv_cache_spec: Any
+    is_eagle_group: bool = False
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_tensors: list[Any]
+    kv_cache_groups: list[Any] = field(default_factory=list)
+
+
+def namespace() -> SimpleNamespace:
+    """The stand-in classes as a module-like namespace (vLLM 0.28 field names)."""
+    return SimpleNamespace(**{k: v for k, v in globals().items() if isinstance(v, type)})
+
+
+def build_027() -> SimpleNamespace:
+    """A vLLM-0.27-like namespace: full attention without ``indexes_kv_by_block_stride``, sliding
+    windows without ``extra_retained_tokens``, chunked local attention without ``head_size_v``,
+    tensors without ``offset`` / ``block_stride``."""
+
+    @dataclass(frozen=True, kw_only=True)
+    class FullAttentionSpec(KVCacheSpec):  # the 0.27-like class of that name
+        num_kv_heads: int
+        head_size: int
+        dtype: torch.dtype
+        head_size_v: int = None  # type: ignore[assignment]
+        kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+        page_size_padded: int | None = None
+        sliding_window: int | None = None
+        attention_chunk_size: int | None = None
+
+        def __post_init__(self) -> None:
+            if self.head_size_v is None:
+                object.__setattr__(self, "head_size_v", self.head_size)
+
+    @dataclass
+    class KVCacheTensor:
+        size: int
+        shared_by: list[str]
+
+    @dataclass(frozen=True, kw_only=True)
+    class SlidingWindowSpec(AttentionSpec):  # no extra_retained_tokens yet
+        sliding_window: int
+
+    @dataclass(frozen=True, kw_only=True)
+    class ChunkedLocalAttentionSpec(KVCacheSpec):  # no head_size_v yet
+        num_kv_heads: int
+        head_size: int
+        dtype: torch.dtype
+        kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+        page_size_padded: int | None = None
+        indexes_kv_by_block_stride: bool = False
+        attention_chunk_size: int
+
+    ns = namespace()
+    ns.FullAttentionSpec = FullAttentionSpec
+    ns.SlidingWindowSpec = SlidingWindowSpec
+    ns.ChunkedLocalAttentionSpec = ChunkedLocalAttentionSpec
+    ns.KVCacheTensor = KVCacheTensor
+    return ns
+
+
+def vllm_config(
+    *,
+    max_model_len: int = 4096,
+    original_max_model_len: int | None = None,
+    max_num_batched_tokens: int = 2048,
+    disable_hybrid: bool = False,
+    num_gpu_blocks_override: int | None = None,
+    mamba_cache_mode: str = "none",
+    dcp: int = 1,
+    speculative: Any = None,
+    kv_transfer_config: Any = None,
+) -> SimpleNamespace:
+    """A ``VllmConfig`` stand-in holding the attributes vLLM 0.28's planner reads."""
+    return SimpleNamespace(
+        model_config=SimpleNamespace(
+            max_model_len=max_model_len,
+            original_max_model_len=max_model_len
+            if original_max_model_len is None
+            else original_max_model_len,
+        ),
+        scheduler_config=SimpleNamespace(
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_encoder_input_tokens=max_num_batched_tokens,
+            disable_hybrid_kv_cache_manager=disable_hybrid,
+        ),
+        cache_config=SimpleNamespace(
+            num_gpu_blocks_override=num_gpu_blocks_override, mamba_cache_mode=mamba_cache_mode
+        ),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=dcp, prefill_context_parallel_size=1),
+        speculative_config=speculative,
+        kv_transfer_config=kv_transfer_config,
+        max_in_flight_tokens=max_num_batched_tokens,
+    )
+
+
+class MTPConfig:
+    """A ``speculative_config`` stand-in for multi-module MTP."""
+
+    def __init__(self, num_speculative_tokens: int, multi_module: bool = True) -> None:
+        self.method = "mtp"
+        self.num_speculative_tokens = num_speculative_tokens
+        self._multi = multi_module
+
+    def use_multi_module_mtp(self) -> bool:
+        return self._multi
+
+    def use_eagle(self) -> bool:
+        return True
