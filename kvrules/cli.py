@@ -17,11 +17,13 @@ import structlog
 
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
+from kvrules.hf.cli import add_hf_arguments, hf_model_from_args, with_model_decisions
 from kvrules.modelfile import ModelFile, example_names, load_example, load_model_file
 from kvrules.planner import Planner
 from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
 from kvrules.render import render_plan, render_rules
 from kvrules.strategies import resolve_strategies
+from kvrules.summary import render_summary
 from kvrules.units import parse_sizes
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -89,6 +91,9 @@ def strategies_from(args: argparse.Namespace) -> str | list[str] | None:
 
 def load_model(args: argparse.Namespace, pm: KVRulesPluginManager) -> tuple[ModelFile, str]:
     """The model file or built-in example named on the command line, and a title for it."""
+    hf = hf_model_from_args(args, pm, strategies_from(args) if hasattr(args, "strategies") else None)
+    if hf is not None:
+        return hf
     spec_types = pm.registries.spec_types.classes
     if args.example:
         return load_example(args.example, spec_types), f"example {args.example!r}"
@@ -158,13 +163,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config = engine_config(model, args)
     memory = memory_from(model, args)
     planner = Planner(strategies_from(args), plugin_manager=pm)
-    plan = planner.plan(model.worker_specs(), memory, config)
+    plan = with_model_decisions(planner.plan(model.worker_specs(), memory, config), model)
     if args.output:
         Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
+    if getattr(args, "picture", None):
+        from kvrules.picture import draw_layout
+
+        draw_layout(plan, args.picture, title=f"kvrules plan: {title}")
     if args.json:
         print(plan.to_json())
     else:
         print(render_plan(plan, f"kvrules plan: {title}"))
+        print()
+        print(render_summary(plan))
     return 0
 
 
@@ -197,11 +208,17 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="split the layers into N pipeline stages in layer order (when the model file lists none)",
     )
+    add_hf_arguments(parser)
 
 
 #: modules that add sub-commands; each defines ``register(subparsers, add_common)`` where
 #: ``add_common(parser)`` adds the shared flags (--strategies, --block, --log-format, ...)
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "kvrules.cli_allocate",
+    "kvrules.cli_compare",
+    "kvrules.cli_specs",
+    "kvrules.cli_sweep",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -215,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the whole plan as JSON (schema kvrules.plan/v1)"
     )
     p.add_argument("-o", "--output", metavar="PATH", help="also write the plan JSON to PATH")
+    p.add_argument(
+        "--picture", metavar="PATH", help="draw the memory layout to PATH (.svg or .png; needs kvrules[plot])"
+    )
     _common(p)
     p.set_defaults(func=cmd_plan)
     s = sub.add_parser("strategies", help="list every registered rule and preset")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
@@ -34,6 +35,10 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "groupers",
     "converters",
     "layouts",
+    "torch-allocator",
+    "beyond-vllm",
+    "architectures",
+    "align",
 )
 
 REGISTRATION_HOOKS: tuple[tuple[str, str], ...] = (
@@ -66,6 +71,16 @@ class KVRulesPluginManager(pluggy.PluginManager):
         if self._registries is None:
             self._registries = collect_registries(self)
         return self._registries
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register ``plugin`` (see pluggy); the registries are collected afresh on next use."""
+        self._registries = None
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        """Unregister ``plugin`` or ``name`` (see pluggy); the registries are collected afresh."""
+        self._registries = None
+        return super().unregister(plugin, name)
 
 
 def _autoload_disabled() -> bool:
@@ -127,16 +142,49 @@ def get_plugin_manager(
     return pm
 
 
+def _registered(registry: Any) -> set[str]:
+    """Everything a registry holds, as ``"kind name"`` strings (for the trace)."""
+    what = getattr(registry, "what", "object")
+    names = {f"{what} {name}" for name in getattr(registry, "providers", {})}
+    names |= {f"preset {name}" for name in getattr(registry, "presets", {})}
+    names |= {f"view layout {name}" for name in getattr(registry, "view_layouts", {})}
+    return names
+
+
 def enable_trace(pm: pluggy.PluginManager, stream: Any = None) -> None:
-    """Print every hook call and its result to ``stream`` (stderr by default)."""
+    """Print every hook call to ``stream`` (stderr by default): the plugin called, what it
+    registered, how long it took, or what it raised. Calls of plugins that do not implement the
+    hook are not shown.
+    """
+    if getattr(pm, "_kvrules_traced", False):  # --trace together with KVRULES_TRACE=1
+        return
+    setattr(pm, "_kvrules_traced", True)  # noqa: B010
     out = stream or sys.stderr
+    started: list[tuple[float, set[str]]] = []
+
+    def describe(impls: Any) -> str:
+        names = [impl.plugin_name for impl in impls]
+        if isinstance(pm, KVRulesPluginManager):
+            names = [pm.describe(name) for name in names]
+        return ", ".join(names)
 
     def before(hook_name: str, impls: Any, kwargs: Any) -> None:
-        names = ", ".join(impl.plugin_name for impl in impls)
-        print(f"kvrules trace: call {hook_name}({', '.join(kwargs)}) -> [{names}]", file=out)
+        started.append((time.perf_counter(), _registered(kwargs.get("registry"))))
+        if impls:
+            args = ", ".join(kwargs)
+            print(f"kvrules trace: {hook_name}({args}) -> {describe(impls)}", file=out)
 
     def after(outcome: Any, hook_name: str, impls: Any, kwargs: Any) -> None:
-        print(f"kvrules trace: done {hook_name}", file=out)
+        start, known = started.pop()
+        if not impls:
+            return
+        took = f"{(time.perf_counter() - start) * 1000:.2f} ms"
+        error = outcome.exception
+        if error is not None:
+            print(f"kvrules trace:   raised {type(error).__name__}: {error} ({took})", file=out)
+            return
+        added = sorted(_registered(kwargs.get("registry")) - known)
+        print(f"kvrules trace:   registered {', '.join(added) or 'nothing'} ({took})", file=out)
 
     pm.add_hookcall_monitoring(before, after)
 

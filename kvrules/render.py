@@ -144,6 +144,22 @@ def render_rules(registries: Registries, active: StrategySet) -> str:
     presets = [["default", "every rule marked default (built-ins and installed plugins)"]]
     presets += [[n, ", ".join(names)] for n, names in sorted(registries.rules.presets.items())]
     out.append(table(["name", "rules"], presets))
+    out.append("")
+    out.append("spec types:")
+    out.append(
+        table(
+            ["name", "class", "provider", "description"],
+            [
+                [
+                    name,
+                    cls.__name__,
+                    registries.spec_types.providers[name],
+                    (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
+                ]
+                for name, cls in sorted(registries.spec_types.classes.items())
+            ],
+        )
+    )
     if registries.allocators.items:
         out.append("")
         out.append("allocators:")
@@ -158,6 +174,44 @@ def render_rules(registries: Registries, active: StrategySet) -> str:
                         getattr(a, "description", ""),
                     ]
                     for a in registries.allocators.ordered()
+                ],
+            )
+        )
+    view_layouts = registries.allocators.ordered_view_layouts()
+    if view_layouts:
+        providers = registries.allocators.view_layout_providers
+        out.append("")
+        out.append("view layouts (allocation):")
+        out.append(
+            table(
+                ["name", "priority", "default", "provider", "description"],
+                [
+                    [
+                        v.name,
+                        v.priority,
+                        "yes" if getattr(v, "default", False) else "no",
+                        providers[v.name],
+                        getattr(v, "description", ""),
+                    ]
+                    for v in view_layouts
+                ],
+            )
+        )
+    if registries.architectures.items:
+        out.append("")
+        out.append("architectures (Hugging Face configs, asked in this order):")
+        out.append(
+            table(
+                ["name", "priority", "model types", "provider", "description"],
+                [
+                    [
+                        a.name,
+                        a.priority,
+                        ", ".join(getattr(a, "model_types", ())),
+                        registries.architectures.providers[a.name],
+                        getattr(a, "description", ""),
+                    ]
+                    for a in registries.architectures.ordered()
                 ],
             )
         )
