@@ -30,14 +30,19 @@ def _uniform(specs: Mapping[str, KVCacheSpec]) -> bool:
 def _as_full(
     spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, block_size: int | None = None
 ) -> FullAttentionSpec:
+    """``spec`` stored as full attention, promoted to ``block_size`` (padding scaled with it)."""
+    block = spec.block_size if block_size is None else block_size
+    padded = spec.page_size_padded
+    if padded is not None and block != spec.block_size:
+        padded = padded * block // spec.block_size
     return FullAttentionSpec(
-        block_size if block_size is not None else spec.block_size,
+        block,
         num_kv_heads=spec.num_kv_heads,
         head_size=spec.head_size,
         head_size_v=spec.head_size_v,
         dtype=spec.dtype,
         kv_quant_mode=spec.kv_quant_mode,
-        page_size_padded=spec.page_size_padded if block_size is None else None,
+        page_size_padded=padded,
         indexes_kv_by_block_stride=spec.indexes_kv_by_block_stride,
         sliding_window=spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None,
         attention_chunk_size=(
@@ -86,7 +91,7 @@ class HybridDisabled(Converter):
                         model_version=spec.model_version,
                     )
                 elif isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
-                    out[name] = _as_full(spec)
+                    out[name] = _as_full(spec, full_block)
         if not _uniform(out):
             kinds = sorted({s.type_name for s in out.values()})
             raise GroupingError(
