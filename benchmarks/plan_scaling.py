@@ -75,17 +75,27 @@ def main() -> None:
     planner = unconfigured
     planner.plan(hybrid_model(48), 40 << 30, config)  # warm up
 
+    default = Planner()
+    default.plan(hybrid_model(48), 40 << 30, config)
     print("plan time of a hybrid model (Mamba + full attention + draft), structlog unconfigured")
-    print(f"{'layers':>8} {'ms':>10} {'us/layer':>10} {'decisions':>10}")
+    print(
+        f"{'layers':>8} {'vllm ms':>10} {'us/layer':>10} {'default ms':>11} {'us/layer':>10} {'decisions':>10}"
+    )
     per_layer = []
     for n in sizes:
         specs = hybrid_model(n)
         memory = max(40 << 30, n * (64 << 20))
         seconds = best_of(lambda s=specs, m=memory: unconfigured.plan(s, m, config), repeat)
+        with_default = best_of(lambda s=specs, m=memory: default.plan(s, m, config), max(1, repeat // 2))
         plan = unconfigured.plan(specs, memory, config)
         per_layer.append(seconds / n * 1e6)
-        print(f"{n:>8} {seconds * 1e3:>10.1f} {seconds / n * 1e6:>10.2f} {len(plan.decisions):>10}")
-    print(f"us/layer ratio largest/1000-layer model: {per_layer[-1] / per_layer[1]:.2f} (1.00 = linear)")
+        print(
+            f"{n:>8} {seconds * 1e3:>10.1f} {seconds / n * 1e6:>10.2f} {with_default * 1e3:>11.1f} "
+            f"{with_default / n * 1e6:>10.2f} {len(plan.decisions):>10}"
+        )
+    print(
+        f"us/layer ratio largest/1000-layer model (vllm): {per_layer[-1] / per_layer[1]:.2f} (1.00 = linear)"
+    )
 
     n = 10_000
     specs = hybrid_model(n)

@@ -24,7 +24,7 @@ from kvrules.context import PlanContext
 from kvrules.decisions import DecisionLog
 from kvrules.errors import GroupingError
 from kvrules.groups import KVCacheGroup
-from kvrules.specs import KVCacheSpec, UniformTypeKVCacheSpecs
+from kvrules.specs import KVCacheSpec, UniformTypeKVCacheSpecs, cdiv
 from kvrules_plugins.groupers import VllmGroupSize, split_bucket
 
 Bucket = tuple[KVCacheSpec, list[str]]
@@ -187,15 +187,18 @@ def search(
     seen: set[tuple[int, ...]] = set()
     considered: list[Candidate] = []
     over_cap = 0
-    for size in range(1, max(len(names) for _, names in buckets) + 1):
-        groups = split_buckets(buckets, size)
-        shape = tuple(len(g.layer_names) for g in groups)
-        if shape in seen:
+    lengths = [len(names) for _, names in buckets]
+    for size in range(1, max(lengths) + 1):
+        # the groups per bucket decide the whole shape; count before building anything, so the
+        # search stays linear in the layer count (only shapes within the cap are materialised)
+        counts = tuple(cdiv(length, size) for length in lengths)
+        if counts in seen:
             continue
-        seen.add(shape)
-        if len(groups) > max_groups:
+        seen.add(counts)
+        if sum(counts) > max_groups:
             over_cap += 1
             continue
+        groups = split_buckets(buckets, size)
         considered.append(Candidate(size, groups, grouping_cost(groups, config, pool)))
     best = min(considered, key=_choice_key) if considered else None
     return best, considered, over_cap
