@@ -8,6 +8,8 @@ from typing import Any
 from kvrules.errors import ConfigError
 
 DEFAULT_DRAFT_PREFIXES: tuple[str, ...] = ("draft.", "drafter.", "draft_model.")
+#: speculative methods whose drafter reads the target's hidden states (vLLM 0.28's ``use_eagle()``)
+EAGLE_STYLE_METHODS: frozenset[str] = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -32,6 +34,9 @@ class EngineConfig:
     :param extra_retained_tokens: tokens every sliding-window layer keeps below its window.
     :param draft_layer_prefixes: layer-name prefixes that mark draft-model layers.
     :param auto_fit_max_model_len: find the largest ``max_model_len`` that fits on every worker.
+    :param speculative_method: vLLM's ``speculative_config.method`` (``None``: no speculative
+        decoding). With an EAGLE-style method (:data:`EAGLE_STYLE_METHODS`) the
+        ``deepseekv4-packing`` route flags the group holding the last layer ``is_eagle_group``.
     """
 
     max_model_len: int
@@ -44,6 +49,7 @@ class EngineConfig:
     extra_retained_tokens: int = 0
     draft_layer_prefixes: tuple[str, ...] = DEFAULT_DRAFT_PREFIXES
     auto_fit_max_model_len: bool = False
+    speculative_method: str | None = None
 
     def __post_init__(self) -> None:
         _check_int("max_model_len", self.max_model_len, 1)
@@ -64,6 +70,17 @@ class EngineConfig:
                 f"EngineConfig.draft_layer_prefixes={prefixes!r} must be a sequence of non-empty strings"
             )
         object.__setattr__(self, "draft_layer_prefixes", tuple(prefixes))
+        method = self.speculative_method
+        if method is not None and (not isinstance(method, str) or not method.strip()):
+            raise ConfigError(
+                f"EngineConfig.speculative_method={method!r} must be a method name such as 'mtp' or "
+                "'eagle3', or null for no speculative decoding"
+            )
+
+    @property
+    def eagle_style_speculation(self) -> bool:
+        """True when the drafter reads the target's hidden states (vLLM's ``use_eagle()``)."""
+        return self.speculative_method is not None and self.speculative_method in EAGLE_STYLE_METHODS
 
     @property
     def encoder_input_tokens(self) -> int:

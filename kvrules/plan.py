@@ -35,12 +35,13 @@ class UnifyResult:
 
 
 def project_group(group: KVCacheGroup, layers: Mapping[str, Any] | set[str]) -> KVCacheGroup:
-    """``group`` restricted to ``layers`` (a uniform-type spec keeps only those members)."""
+    """``group`` restricted to ``layers`` (a uniform-type spec keeps only those members; the
+    EAGLE flag stays only when some layer remains, as in vLLM 0.28)."""
     names = tuple(n for n in group.layer_names if n in layers)
     spec = group.spec
     if isinstance(spec, UniformTypeKVCacheSpecs) and names and len(names) != len(spec.kv_cache_specs):
         spec = UniformTypeKVCacheSpecs(spec.block_size, {n: spec.kv_cache_specs[n] for n in names})
-    return KVCacheGroup(names, spec, group.is_eagle_group)
+    return KVCacheGroup(names, spec, group.is_eagle_group and bool(names))
 
 
 @dataclass(frozen=True)

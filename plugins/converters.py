@@ -14,6 +14,7 @@ from kvrules.rules import Check, Converter, Fallback, applies, declines
 from kvrules.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
+    HiddenStateCacheSpec,
     KVCacheSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
@@ -119,6 +120,8 @@ class FullAllocationFallback(Fallback):
         values = list(specs.values())
         if not any(isinstance(s, MLAAttentionSpec) for s in values):
             return declines("no MLA layer.")
+        if any(isinstance(s, HiddenStateCacheSpec) for s in values):
+            return declines("a hidden_state_cache layer is present; vLLM 0.28 has no fallback for it.")
         for spec in values:
             if isinstance(spec, MLAAttentionSpec):
                 continue

@@ -2,21 +2,24 @@
 
 ``attention-free`` (no layers) -> ``uniform-spec`` (all specs merge into one) -> ``uniform-type``
 (one type and block size, pages may differ) -> ``deepseekv4-packing`` (sliding-window MLA
-present and mixed page sizes) -> ``unified-page`` (unify pages, then group).
+present and mixed page sizes) -> ``unified-page`` (unify pages, then group; hidden-state layers
+are kept out of unification and re-sized to the common page afterwards, as vLLM 0.28 does).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvrules import hookimpl
 from kvrules.context import PlanContext
-from kvrules.errors import GroupingError
+from kvrules.errors import GroupingError, SpecError
 from kvrules.groups import KVCacheGroup
 from kvrules.registry import RuleRegistry
 from kvrules.rules import Check, Router, applies, declines
 from kvrules.specs import (
+    HiddenStateCacheSpec,
     KVCacheSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
@@ -176,7 +179,32 @@ class DeepseekV4Packing(Router):
             "applied",
             f"layer-tuple counts {values} give {n} layer tuples per group; {len(groups)} groups.",
         )
+        return flag_eagle_group(groups, specs, ctx)
+
+
+def flag_eagle_group(
+    groups: list[KVCacheGroup], specs: Mapping[str, KVCacheSpec], ctx: PlanContext
+) -> list[KVCacheGroup]:
+    """vLLM 0.28: with EAGLE-style speculation on a DeepSeek-V4 model, the group holding the
+    model's last layer (its MTP layer) is the EAGLE group; other models are left unflagged."""
+    if not ctx.config.eagle_style_speculation or not specs:
         return groups
+    if not any(getattr(s, "model_version", None) == "deepseek_v4" for s in specs.values()):
+        return groups
+    last = next(reversed(list(specs)))
+    out = list(groups)
+    for index, group in enumerate(out):
+        if last in group.layer_names:
+            out[index] = replace(group, is_eagle_group=True)
+            ctx.decisions.record(
+                "group",
+                "deepseekv4-packing",
+                "applied",
+                f"speculative method {ctx.config.speculative_method!r} reads hidden states: group {index}, "
+                f"which holds the last layer {last!r}, is the EAGLE group.",
+            )
+            break
+    return out
 
 
 @dataclass(frozen=True)
@@ -189,7 +217,48 @@ class UnifiedPage(Router):
         return applies("the general hybrid route: unify page sizes, then group.")
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        return ctx.group(ctx.unify(specs))
+        hidden = {n: s for n, s in specs.items() if isinstance(s, HiddenStateCacheSpec)}
+        if not hidden:
+            return ctx.group(ctx.unify(specs))
+        others = {n: s for n, s in specs.items() if n not in hidden}
+        groups = ctx.group(ctx.unify(others))
+        aligned = align_hidden_states(hidden, groups)
+        ctx.unified = {**(ctx.unified or {}), **aligned}
+        for name, spec in aligned.items():
+            before = hidden[name]
+            ctx.decisions.record(
+                "group",
+                self.name,
+                "applied",
+                f"hidden-state layer kept out of page unification; block size {before.block_size} -> "
+                f"{spec.block_size} so its page fits the common {spec.page_size_bytes}-byte page "
+                f"({spec.padding_bytes} bytes of padding per block); its own group.",
+                layer=name,
+                before=before.summary(),
+                after=spec.summary(),
+                padding_bytes=spec.padding_bytes,
+            )
+        return [*groups, *(KVCacheGroup((name,), spec) for name, spec in aligned.items())]
+
+
+def align_hidden_states(
+    hidden: Mapping[str, HiddenStateCacheSpec], groups: list[KVCacheGroup]
+) -> dict[str, HiddenStateCacheSpec]:
+    """vLLM 0.28's re-sizing of hidden-state layers to the page and block sizes of ``groups``.
+
+    :raises GroupingError: there is no other group, or the groups' pages differ.
+    """
+    pages = sorted({g.spec.page_size_bytes for g in groups})
+    if len(pages) != 1:
+        raise GroupingError(
+            f"unified-page: hidden-state layers {', '.join(hidden)} need the other groups to share one "
+            f"page size, got {pages or 'no other group'}; add a KV-cache layer the hidden states can follow"
+        )
+    block = math.gcd(*(g.spec.block_size for g in groups))
+    try:
+        return {name: spec.aligned_to(pages[0], block) for name, spec in hidden.items()}
+    except SpecError as exc:
+        raise GroupingError(f"unified-page: {exc}") from None
 
 
 VLLM_PRESET = (

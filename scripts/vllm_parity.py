@@ -33,6 +33,7 @@ VLLM_TYPES = {
     "cross_attention": "CrossAttentionSpec",
     "encoder_only": "EncoderOnlyAttentionSpec",
     "sink_full_attention": "SinkFullAttentionSpec",
+    "hidden_state_cache": "HiddenStateCacheSpec",
 }
 
 #: Architecture-only config.json files for the models vLLM's tests name in ``ModelConfig``;
@@ -340,12 +341,42 @@ def probes(interface: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], An
         },
     }
     dsv4 = json.loads((DEFAULT_CASES / "c5c_dsv4_like.json").read_text()) if DEFAULT_CASES.is_dir() else None
-    out = [("hybrid manager disabled, full bs 64 + sliding window bs 16", mixed_blocks, base, None)]
+    # 32 x 2 x 128 x 4 = 32768 = 16 x 4 x 128 x 4; one hidden-state token is 3 x 1000 x 4 bytes
+    hidden_state = {
+        "available_memory": 1 << 28,
+        "layers": {
+            "layer_1": {"type": "full_attention", "block_size": 32, **attn},
+            "layer_2": {
+                "type": "sliding_window",
+                "block_size": 16,
+                "sliding_window": 1024,
+                **dict(attn, num_kv_heads=4),
+            },
+            "cache_only_layers.0": {
+                "type": "hidden_state_cache",
+                "block_size": 16,
+                "num_kv_heads": 3,
+                "head_size": 1000,
+                "dtype": "float32",
+            },
+        },
+    }
+    out = [
+        ("hybrid manager disabled, full bs 64 + sliding window bs 16", mixed_blocks, base, None),
+        (
+            "hidden-state layer beside full bs 32 + sliding window bs 16",
+            hidden_state,
+            dict(base, disable_hybrid_kv_cache_manager=False),
+            None,
+        ),
+    ]
     if dsv4 is not None:
         dsv4_settings = dict(base, disable_hybrid_kv_cache_manager=False, max_model_len=dsv4["max_model_len"])
         dsv4_settings["original_max_model_len"] = dsv4["max_model_len"]
         mtp = {"method": "mtp", "num_speculative_tokens": 1, "num_nextn_predict_layers": 1}
         out.append(("c5c (DeepSeek-V4-like) with MTP speculation", dsv4, dsv4_settings, mtp))
+        ngram = {"method": "ngram", "num_speculative_tokens": 3}
+        out.append(("c5c (DeepSeek-V4-like) with n-gram speculation", dsv4, dsv4_settings, ngram))
     return out
 
 

@@ -174,24 +174,22 @@ def test_unmodelled_non_default_field_is_an_error_naming_layer_and_field(spec: A
 
 
 def test_unknown_vllm_spec_class_is_an_error_naming_layer_and_type() -> None:
-    hidden = vs.HiddenStateCacheSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
-    with pytest.raises(SpecError, match=r"layer 'cache_only.0': vLLM spec type HiddenStateCacheSpec"):
-        kv_vllm.from_vllm_specs({"cache_only.0": hidden})
+    rswa = vs.RSWASpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16, rswa_window=32)
+    with pytest.raises(SpecError, match=r"layer 'model.layers.0': vLLM spec type RSWASpec"):
+        kv_vllm.from_vllm_specs({"model.layers.0": rswa})
 
 
 def test_a_registered_spec_type_of_that_name_converts() -> None:
     @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
-    class HiddenStateCacheSpec(MLAAttentionSpec):  # what a plugin would register
-        type_name: ClassVar[str] = "hidden_state_cache"
+    class RSWASpec(FullAttentionSpec):  # what a plugin would register
+        type_name: ClassVar[str] = "rswa"
+        rswa_window: int
 
-    types_ = {
-        **kvrules.get_plugin_manager().registries.spec_types.classes,
-        "hidden_state_cache": HiddenStateCacheSpec,
-    }
-    hidden = vs.HiddenStateCacheSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
-    converted = kv_vllm.from_vllm_spec(hidden, layer="cache_only.0", spec_types=types_)
-    assert type(converted) is HiddenStateCacheSpec and converted.page_size_bytes == hidden.page_size_bytes
-    assert kv_vllm.to_vllm_spec(converted, classes=CLASSES) == hidden
+    types_ = {**kvrules.get_plugin_manager().registries.spec_types.classes, "rswa": RSWASpec}
+    rswa = vs.RSWASpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16, rswa_window=32)
+    converted = kv_vllm.from_vllm_spec(rswa, layer="model.layers.0", spec_types=types_)
+    assert type(converted) is RSWASpec and converted.page_size_bytes == rswa.page_size_bytes
+    assert kv_vllm.to_vllm_spec(converted, classes=CLASSES) == rswa
 
 
 def test_quant_mode_kvrules_lacks_is_an_error() -> None:
@@ -295,6 +293,7 @@ def test_read_vllm_config_maps_the_fields_vllm_reads() -> None:
         decode_context_parallel_size=2,
         extra_retained_tokens=2,
         auto_fit_max_model_len=True,
+        speculative_method="mtp",
     )
     assert (
         read_vllm_config(

@@ -134,6 +134,11 @@ class HiddenStateCacheSpec(MLAAttentionSpec):
     pass
 
 
+@dataclass(frozen=True, kw_only=True)
+class RSWASpec(FullAttentionSpec):
+    rswa_window: int
+
+
 @dataclass(frozen=True)
 class MambaSpec(KVCacheSpec):
     shapes: tuple[tuple[int, ...], ...]

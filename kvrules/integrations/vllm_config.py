@@ -15,6 +15,7 @@ vLLM attribute                                     kvrules
 ``cache_config.num_gpu_blocks_override``           ``num_gpu_blocks_override``
 ``parallel_config.decode_context_parallel_size``   ``decode_context_parallel_size``
 ``speculative_config`` (multi-module MTP)          ``extra_retained_tokens = k - 1``
+``speculative_config.method``                      ``speculative_method``
 ``cache_config.mamba_cache_mode``                  checked against every Mamba layer's own mode
 ``kv_transfer_config`` (cross-layer blocks)        unsupported opt-in: a ConfigError
 =================================================  ==========================================
@@ -71,6 +72,12 @@ def extra_retained_tokens(vllm_config: Any) -> int:
     return max(int(spec.num_speculative_tokens) - 1, 0)
 
 
+def speculative_method(vllm_config: Any) -> str | None:
+    """``speculative_config.method``, or ``None`` without speculative decoding."""
+    method = _get(vllm_config, "speculative_config.method", None)
+    return None if method is None else str(method)
+
+
 def cross_layer_blocks(vllm_config: Any) -> bool:
     """Whether the KV connector opted into vLLM's experimental packed cross-layer blocks."""
     extra = _get(vllm_config, "kv_transfer_config.kv_connector_extra_config", None) or {}
@@ -119,6 +126,7 @@ def read_vllm_config(vllm_config: Any, *, grouping_only: bool = False) -> VllmSe
             num_gpu_blocks_override=None if override is None else int(override),
             decode_context_parallel_size=int(dcp or 1),
             extra_retained_tokens=extra_retained_tokens(vllm_config),
+            speculative_method=speculative_method(vllm_config),
             auto_fit_max_model_len=_get(vllm_config, "model_config.original_max_model_len", None) == -1,
         )
     except ConfigError as exc:
@@ -131,4 +139,10 @@ def read_vllm_config(vllm_config: Any, *, grouping_only: bool = False) -> VllmSe
     )
 
 
-__all__ = ["VllmSettings", "cross_layer_blocks", "extra_retained_tokens", "read_vllm_config"]
+__all__ = [
+    "VllmSettings",
+    "cross_layer_blocks",
+    "extra_retained_tokens",
+    "read_vllm_config",
+    "speculative_method",
+]

@@ -239,6 +239,42 @@ class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class HiddenStateCacheSpec(MLAAttentionSpec):
+    """Hidden states kept for an ``extract_hidden_states`` drafter (vLLM #39949).
+
+    Stored like MLA: ``num_kv_heads`` is the number of hidden states kept per token and
+    ``head_size`` the hidden size. The general (``unified-page``) route keeps these layers out of
+    page unification and gives each its own group sized to the common page (:meth:`aligned_to`).
+    """
+
+    type_name: ClassVar[str] = "hidden_state_cache"
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes one token's hidden states take (``num_kv_heads * head_size * dtype_size``)."""
+        return self.num_kv_heads * self.head_size * self.dtype_size
+
+    def aligned_to(self, common_page: int, group_block_size: int) -> HiddenStateCacheSpec:
+        """This layer re-sized to share the pool of groups with ``common_page``-byte pages.
+
+        The block size becomes the largest divisor of ``group_block_size`` that is at most
+        ``common_page // token_bytes`` (1 when nothing fits), so every group's blocks split into
+        whole hidden-state blocks; the page is padded to ``common_page``.
+
+        :raises SpecError: one token's hidden states exceed ``common_page``.
+        """
+        limit = max(common_page // self.token_bytes, 1)
+        block = next(d for d in range(min(group_block_size, limit), 0, -1) if group_block_size % d == 0)
+        if block * self.token_bytes > common_page:
+            raise SpecError(
+                f"HiddenStateCacheSpec: one token takes {self.token_bytes} bytes, more than the common "
+                f"page of {common_page} bytes; raise the other layers' block size or store fewer "
+                "hidden states"
+            )
+        return self.evolve(block_size=block, page_size_padded=common_page)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class SlidingWindowSpec(AttentionSpec):
     """Sliding-window attention: only the last ``sliding_window`` tokens are kept."""
 

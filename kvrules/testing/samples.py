@@ -17,6 +17,7 @@ from kvrules.specs import (
     CrossAttentionSpec,
     EncoderOnlyAttentionSpec,
     FullAttentionSpec,
+    HiddenStateCacheSpec,
     KVCacheSpec,
     MambaSpec,
     MLAAttentionSpec,
@@ -64,6 +65,7 @@ def _samples() -> dict[str, KVCacheSpec]:
         "cross": CrossAttentionSpec(16, num_kv_heads=8, head_size=128, dtype=bf16),
         "encoder": EncoderOnlyAttentionSpec(16, num_kv_heads=8, head_size=128, dtype=bf16),
         "sink": SinkFullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype=bf16, sink_len=4),
+        "hidden-state": HiddenStateCacheSpec(16, num_kv_heads=2, head_size=1024, dtype=bf16),  # 65536
         "uniform-type": UniformTypeKVCacheSpecs(16, {"a": full, "b": full_small}),
     }
 
