@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import DecisionLog
@@ -33,6 +34,8 @@ class PlanContext:
     unified: Mapping[str, KVCacheSpec] | None = None
     workers: tuple[frozenset[str], ...] = ()
     memory: tuple[int, ...] = ()
+    #: scratch space for rules during one plan (key by rule name; dropped with the context)
+    cache: dict[Any, Any] = field(default_factory=dict)
 
     def provider(self, rule_name: str) -> str:
         """Which plugin registered ``rule_name``."""

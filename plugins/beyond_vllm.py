@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import cast
 
 from kvrules import hookimpl
 from kvrules.context import PlanContext
@@ -164,6 +165,14 @@ class SpeculatorGroup(Partitioner):
         _check_limits(self.name, self.max_groups, self.max_capacity_loss)
 
     def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
+        # check() and partition() ask about the same specs in one plan: search once
+        key = (self.name, id(specs), len(specs))
+        cached = ctx.cache.get(key)
+        if cached is None:
+            cached = ctx.cache[key] = self._search(specs, ctx)
+        return cast("_Choice | str", cached)
+
+    def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         draft = [name for name in specs if ctx.config.is_draft_layer(name)]
         prefixes = ", ".join(ctx.config.draft_layer_prefixes)
         if not draft:

@@ -133,7 +133,10 @@ def grouping_cost(
     workers = pool.workers or (frozenset(n for g in live for n in g.layer_names),)
     best: tuple[Fraction, int, list[int]] | None = None
     for index, layers in enumerate(workers):
-        counts = [sum(1 for n in g.layer_names if n in layers) for g in live]
+        if len(workers) == 1:  # one worker holds every layer of the model: no need to count
+            counts = [len(g.layer_names) for g in live]
+        else:
+            counts = [sum(1 for n in g.layer_names if n in layers) for g in live]
         here = max(counts)
         if here == 0:
             continue
