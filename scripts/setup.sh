@@ -6,8 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+LOG=.venv/setup.log
+# quiet on success; the whole pip log on failure
+pip_install() { .venv/bin/python -m pip install -q "$@" >>"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }; }
+: >"$LOG"
+pip_install --upgrade pip
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
-  .venv/bin/python -m pip install -q "torch==2.13.0"
+  pip_install "torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
+pip_install -e ".[dev]" --config-settings editable_mode=strict
