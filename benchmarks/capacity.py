@@ -11,11 +11,13 @@ size exists within ``min-padding``'s group cap. Run: ``.venv/bin/python benchmar
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import structlog
@@ -34,32 +36,11 @@ from kvrules_plugins.groupers import buckets_by_spec
 
 GiB = 1 << 30
 
-QWEN3_CODER_NEXT = {
-    "model_type": "qwen3_next",
-    "num_hidden_layers": 48,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "hidden_size": 2048,
-    "full_attention_interval": 4,
-    "linear_num_key_heads": 16,
-    "linear_key_head_dim": 128,
-    "linear_num_value_heads": 32,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "max_position_embeddings": 262144,
-    "torch_dtype": "bfloat16",
-}
-QWEN3_4B = {
-    "model_type": "qwen3",
-    "num_hidden_layers": 36,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "hidden_size": 2560,
-    "max_position_embeddings": 262144,
-    "torch_dtype": "bfloat16",
-}
+
+def shipped_config(name: str) -> dict[str, Any]:
+    """A config shipped with the ``hf-qwen3-coder-next`` example (the published field values)."""
+    folder = resources.files("kvrules") / "examples" / "hf" / "qwen3-coder-next"
+    return dict(json.loads((folder / name).read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True)
@@ -117,6 +98,7 @@ def scenario_rows(lengths: list[int]) -> list[Row]:
         ("#43626 bf16 TP1 k=4", {"kv_cache_dtype": "auto"}, [32768]),
         ("#43626 fp8 TP2 k=4", {"kv_cache_dtype": "fp8", "tensor_parallel_size": 2}, [32768]),
     ]
+    target, draft = shipped_config("config.json"), shipped_config("draft.json")
     rows = []
     for label, extra, sizes in variants:
         for length in sizes:
@@ -124,7 +106,7 @@ def scenario_rows(lengths: list[int]) -> list[Row]:
             config = EngineConfig(max_model_len=length)
             plans = []
             for strategies in ("vllm", None):
-                specs = build_hf_model(QWEN3_CODER_NEXT, QWEN3_4B, options, strategies=strategies).specs
+                specs = build_hf_model(target, draft, options, strategies=strategies).specs
                 plans.append(Planner(strategies).plan(specs, 40 * GiB, config))
             rows.append(Row(label, length, plans[0], plans[1], zero_padding_possible(plans[1].specs)))
     return rows
