@@ -8,6 +8,7 @@ otherwise (``tp % heads == 0``); each rank holds ``max(1, heads // tp)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import BuildSettings
@@ -71,41 +72,32 @@ def head_size(config: HFConfig, *, key: str = "head_dim") -> int:
     return hidden // heads
 
 
+def _attention_fields(settings: BuildSettings, kv_heads: int, head: int) -> dict[str, Any]:
+    """Fields every non-MLA attention spec takes from the build settings."""
+    return {
+        "block_size": settings.block_size,
+        "num_kv_heads": kv_heads,
+        "head_size": head,
+        "dtype": settings.kv.dtype,
+        "kv_quant_mode": settings.kv.quant_mode,
+        "indexes_kv_by_block_stride": settings.backend.indexes_kv_by_block_stride,
+    }
+
+
 def full_attention(settings: BuildSettings, kv_heads: int, head: int) -> FullAttentionSpec:
     """A full-attention spec in the model's KV dtype and the cache block size."""
-    return FullAttentionSpec(
-        block_size=settings.block_size,
-        num_kv_heads=kv_heads,
-        head_size=head,
-        dtype=settings.kv.dtype,
-        kv_quant_mode=settings.kv.quant_mode,
-        indexes_kv_by_block_stride=settings.backend.indexes_kv_by_block_stride,
-    )
+    return FullAttentionSpec(**_attention_fields(settings, kv_heads, head))
 
 
 def sliding_window(settings: BuildSettings, kv_heads: int, head: int, window: int) -> SlidingWindowSpec:
     """A sliding-window spec of ``window`` tokens."""
-    return SlidingWindowSpec(
-        block_size=settings.block_size,
-        num_kv_heads=kv_heads,
-        head_size=head,
-        dtype=settings.kv.dtype,
-        kv_quant_mode=settings.kv.quant_mode,
-        indexes_kv_by_block_stride=settings.backend.indexes_kv_by_block_stride,
-        sliding_window=window,
-    )
+    return SlidingWindowSpec(**_attention_fields(settings, kv_heads, head), sliding_window=window)
 
 
 def chunked_local(settings: BuildSettings, kv_heads: int, head: int, chunk: int) -> ChunkedLocalAttentionSpec:
     """A chunked-local-attention spec of ``chunk`` tokens."""
     return ChunkedLocalAttentionSpec(
-        block_size=settings.block_size,
-        num_kv_heads=kv_heads,
-        head_size=head,
-        dtype=settings.kv.dtype,
-        kv_quant_mode=settings.kv.quant_mode,
-        indexes_kv_by_block_stride=settings.backend.indexes_kv_by_block_stride,
-        attention_chunk_size=chunk,
+        **_attention_fields(settings, kv_heads, head), attention_chunk_size=chunk
     )
 
 
