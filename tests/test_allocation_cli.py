@@ -6,17 +6,15 @@ import json
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
-from kvrules.cli import main
 from kvrules.cli_allocate import layout_choice
 from kvrules.errors import ConfigError
 from kvrules_plugins.torch_allocator import host_memory
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["allocate", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, "allocate", *argv)
 
 
 def test_allocate_reports_what_was_allocated(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,23 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-import structlog
+from cli_helpers import run_cli as run
 
-from kvrules.cli import main
 from kvrules.modelfile import example_names
-
-
-@pytest.fixture(autouse=True)
-def _reset_structlog() -> object:
-    """The CLI configures structlog for itself; undo that after each test."""
-    yield
-    structlog.reset_defaults()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_plan_example_prints_groups_tensors_and_decisions(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,25 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import structlog
+from cli_helpers import run_cli as run
 
 from kvrules import EngineConfig, Planner
-from kvrules.cli import main
 from kvrules.cli_compare import METRICS, SetResult, figures_of, parse_set, ratios
 from kvrules.modelfile import load_example
-
-
-@pytest.fixture(autouse=True)
-def _reset_structlog() -> object:
-    """The CLI configures structlog for itself; undo that after each test."""
-    yield
-    structlog.reset_defaults()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_text_table_has_every_metric_and_ratios_to_the_first_set(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
+from cli_helpers import run_cli as run
 
-from kvrules.cli import main
 from kvrules.hf.examples import hf_example_names, load_hf_example_info
 from kvrules.progress import Progress, progress
 
 QWEN = Path(load_hf_example_info("hf-qwen3-coder-next").path)
-
-
-@pytest.fixture(autouse=True)
-def _reset_structlog() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 PAIR = (

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from kvrules import ConfigError, KVRulesError, ModelFileError, PluginError
 from kvrules.cli import main
@@ -25,12 +23,6 @@ GOOD = {
     "linear_key_head_dim": 128,
     "linear_value_head_dim": 128,
 }
-
-
-@pytest.fixture(autouse=True)
-def _reset_structlog() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
 
 
 def write(tmp_path: Path, data: Any, name: str = "config.json") -> Path:

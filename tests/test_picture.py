@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from kvrules import EngineConfig, KVRulesError, Planner
 from kvrules.cli import main
@@ -16,12 +14,6 @@ from kvrules.modelfile import example_names, load_example
 from kvrules.picture import PictureError, draw_layout
 
 pytest.importorskip("matplotlib")
-
-
-@pytest.fixture(autouse=True)
-def _reset_structlog() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
 
 
 @pytest.mark.parametrize("name", example_names())

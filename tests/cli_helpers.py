@@ -1,0 +1,14 @@
+"""Running the ``kvrules`` command line in tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvrules.cli import main
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``kvrules ARGV``: exit status, stdout and stderr."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
