@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CASES = Path(os.environ.get("KVRULES_CASES_DIR", REPO.parent / "shared" / "cases"))
+DEFAULT_CASES = Path(os.environ.get("KVRULES_CASES_DIR", REPO / "tests" / "data" / "cases"))
 
 #: model-file type name -> vLLM class name
 VLLM_TYPES = {

@@ -1,4 +1,4 @@
-"""Loads the shared vLLM 0.28.0 cases (``../shared/cases``) into kvrules inputs."""
+"""Loads the vLLM 0.28.0 cases (``tests/data/cases``, copied from the project's shared cases) into kvrules inputs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import kvrules
 from kvrules import EngineConfig, KVCacheSpec, KVQuantMode
 
 CASES_DIR = Path(
-    os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parents[2] / "shared" / "cases")
+    os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parent / "data" / "cases")
 )
 
 

@@ -18,7 +18,6 @@ from case_loader import (
 import kvrules
 from kvrules import KVRulesError, Planner, UnificationError
 
-pytestmark = pytest.mark.skipif(not CASES_DIR.is_dir(), reason=f"shared cases not found at {CASES_DIR}")
 
 NAMES = case_names()
 

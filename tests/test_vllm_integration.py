@@ -14,7 +14,7 @@ import pytest
 import structlog
 import torch
 import vllm_standins as vs
-from case_loader import CASES_DIR, load_case
+from case_loader import load_case
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -243,10 +243,6 @@ def test_kvrules_only_type_has_no_vllm_class() -> None:
 
 
 # -- plan -> KVCacheConfig -------------------------------------------------------------------
-needs_cases = pytest.mark.skipif(not CASES_DIR.is_dir(), reason=f"shared cases not found at {CASES_DIR}")
-
-
-@needs_cases
 @pytest.mark.parametrize("name", ["c5c_dsv4_like", "c2c_gemma_5to1_x2_pp2", "c3_issue43626_mamba_draft"])
 def test_plan_converts_to_kv_cache_configs(name: str) -> None:
     case = load_case(name)
@@ -264,7 +260,6 @@ def test_plan_converts_to_kv_cache_configs(name: str) -> None:
             assert group.is_eagle_group is False
 
 
-@needs_cases
 def test_packed_layout_needs_a_vllm_with_block_stride() -> None:
     case = load_case("c5c_dsv4_like")
     plan = kvrules.plan(case.workers, case.memory, case.config, strategies="vllm")
