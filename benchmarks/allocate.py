@@ -36,7 +36,7 @@ import torch
 
 import kvrules
 from kvrules import CapacityError, EngineConfig, FullAttentionSpec, KVCacheSpec, MambaSpec, Plan, Planner
-from kvrules.modelfile import load_example
+from kvrules.examples import load_example
 
 MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
 GiB = 1 << 30

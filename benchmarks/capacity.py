@@ -23,12 +23,12 @@ from typing import Any
 import structlog
 
 from kvrules import EngineConfig, Plan, Planner
-from kvrules.cli_compare import specs_for
+from kvrules.cli.compare import specs_for
 from kvrules.config import DEFAULT_DRAFT_PREFIXES
+from kvrules.examples import example_names, load_example
 from kvrules.hf import HFOptions, build_hf_model
-from kvrules.modelfile import example_names, load_example
-from kvrules.plugin_manager import default_plugin_manager
-from kvrules.render import table
+from kvrules.plugin.manager import default_plugin_manager
+from kvrules.report.tables import table
 from kvrules.specs import KVCacheSpec
 from kvrules_plugins.beyond_vllm import DEFAULT_MAX_GROUPS
 from kvrules_plugins.group_cost import search

@@ -24,7 +24,7 @@ import structlog
 from kvrules import EngineConfig, Planner
 from kvrules.hf import build_hf_model
 from kvrules.hf.examples import hf_example_names, load_hf_example_info
-from kvrules.render import table
+from kvrules.report.tables import table
 
 
 def warm_times(name: str, repeat: int) -> tuple[float, float, int]:

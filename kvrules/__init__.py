@@ -5,15 +5,10 @@ The public API (architecture §3): spec classes, :class:`EngineConfig`, :class:`
 authors.
 """
 
-import pluggy
-
-hookimpl = pluggy.HookimplMarker("kvrules")
-"""Marker for plugin hook implementations (``@kvrules.hookimpl``)."""
-
-from kvrules.allocation import Allocation, allocate  # noqa: E402
-from kvrules.config import EngineConfig  # noqa: E402
-from kvrules.decisions import Decision  # noqa: E402
-from kvrules.errors import (  # noqa: E402
+from kvrules.allocation import Allocation, allocate
+from kvrules.config import EngineConfig
+from kvrules.decisions import Decision
+from kvrules.errors import (
     AllocationError,
     CapacityError,
     ConfigError,
@@ -24,11 +19,10 @@ from kvrules.errors import (  # noqa: E402
     SpecError,
     UnificationError,
 )
-from kvrules.groups import KVCacheGroup, KVCacheTensor  # noqa: E402
-from kvrules.plan import Plan, UnifyResult, WorkerPlan  # noqa: E402
-from kvrules.planner import Planner, plan  # noqa: E402
-from kvrules.plugin_manager import BUILTIN_PLUGINS, get_plugin_manager  # noqa: E402
-from kvrules.specs import (  # noqa: E402
+from kvrules.pipeline import Planner, plan
+from kvrules.plan import KVCacheGroup, KVCacheTensor, Plan, UnifyResult, WorkerPlan
+from kvrules.plugin import BUILTIN_PLUGINS, default_manager, get_plugin_manager, hookimpl
+from kvrules.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
@@ -84,6 +78,7 @@ __all__ = [
     "UnifyResult",
     "WorkerPlan",
     "allocate",
+    "default_manager",
     "get_plugin_manager",
     "hookimpl",
     "plan",

@@ -39,13 +39,13 @@ import structlog
 from kvrules import errors
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, PluginError
+from kvrules.pipeline import Planner
 from kvrules.plan import Plan, WorkerPlan
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager
+from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.plugin.presets import StrategySpec
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.io import spec_from_dict, spec_to_dict
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-from kvrules.strategies import StrategySpec
 
 log = structlog.get_logger("kvrules")
 

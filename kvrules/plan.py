@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
-from kvrules.groups import KVCacheGroup, KVCacheTensor
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-from kvrules.waste import WasteReport, WorkerWaste
 
 SCHEMA = "kvrules.plan/v1"
 
@@ -24,6 +22,138 @@ def plan_json_schema() -> dict[str, Any]:
 
     text = (resources.files("kvrules") / "schemas" / "plan-v1.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroup:
+    """Layers that share one block table; ``spec`` describes one layer of the group.
+
+    For a uniform-type group, ``spec`` is a :class:`~kvrules.UniformTypeKVCacheSpecs` whose
+    members are the layers' own specs.
+    """
+
+    layer_names: tuple[str, ...]
+    spec: KVCacheSpec
+    is_eagle_group: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-schema form."""
+        return {
+            "layer_names": list(self.layer_names),
+            "spec": self.spec.to_dict(),
+            "is_eagle_group": self.is_eagle_group,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheTensor:
+    """One raw byte buffer of a worker.
+
+    ``shared_by`` lists the layers whose pages live in it. With ``block_stride > 0`` (packed
+    layout) every tensor of the worker aliases ONE backing allocation of ``size`` bytes, and the
+    page of a layer in ``shared_by`` for block ``b`` starts at ``offset + b * block_stride``.
+    """
+
+    size: int
+    shared_by: tuple[str, ...]
+    offset: int = 0
+    block_stride: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-schema form."""
+        return {
+            "size": self.size,
+            "shared_by": list(self.shared_by),
+            "offset": self.offset,
+            "block_stride": self.block_stride,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KVCacheTensor:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            size=int(data["size"]),
+            shared_by=tuple(data["shared_by"]),
+            offset=int(data.get("offset", 0)),
+            block_stride=int(data.get("block_stride", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerWaste:
+    """One worker's bytes for one request of ``max_model_len`` (see the module docstring)."""
+
+    block_bytes: int
+    allocated_bytes: int
+    real_bytes: int
+    page_padding_bytes: int
+    slot_padding_bytes: int
+
+    @property
+    def efficiency(self) -> float:
+        """``real / allocated`` (1.0 when nothing is allocated)."""
+        return 1.0 if self.allocated_bytes == 0 else self.real_bytes / self.allocated_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-schema form."""
+        return {**asdict(self), "efficiency": self.efficiency}
+
+
+@dataclass(frozen=True)
+class WasteReport:
+    """Padding and efficiency of a plan, summed over workers.
+
+    :ivar padding_slots: empty tensor slots over the groups (a shared pool's ``group_size -
+        len(group)`` summed over groups).
+    :ivar ideal_max_concurrency: requests the same memory would hold with no padding.
+    :ivar ideal_capacity_tokens: ``floor(ideal_max_concurrency * max_model_len)``.
+    """
+
+    workers: tuple[WorkerWaste, ...]
+    padding_slots: int
+    ideal_max_concurrency: float
+    ideal_capacity_tokens: int
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes one request reserves, all workers."""
+        return sum(w.allocated_bytes for w in self.workers)
+
+    @property
+    def real_bytes(self) -> int:
+        """Bytes of real state one request holds, all workers."""
+        return sum(w.real_bytes for w in self.workers)
+
+    @property
+    def page_padding_bytes(self) -> int:
+        """Page padding one request reserves, all workers."""
+        return sum(w.page_padding_bytes for w in self.workers)
+
+    @property
+    def slot_padding_bytes(self) -> int:
+        """Slot padding one request reserves, all workers."""
+        return sum(w.slot_padding_bytes for w in self.workers)
+
+    @property
+    def efficiency(self) -> float:
+        """``real / allocated`` over all workers."""
+        return 1.0 if self.allocated_bytes == 0 else self.real_bytes / self.allocated_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-schema form."""
+        return {
+            "allocated_bytes": self.allocated_bytes,
+            "real_bytes": self.real_bytes,
+            "page_padding_bytes": self.page_padding_bytes,
+            "slot_padding_bytes": self.slot_padding_bytes,
+            "efficiency": self.efficiency,
+            "padding_slots": self.padding_slots,
+            "ideal_max_concurrency": None
+            if math.isinf(self.ideal_max_concurrency)
+            else self.ideal_max_concurrency,
+            "ideal_capacity_tokens": self.ideal_capacity_tokens,
+            "workers": [w.to_dict() for w in self.workers],
+        }
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from kvrules import hookimpl
 from kvrules.errors import ConfigError
 from kvrules.hf.align import AlignContext, attention_geometry, hybrid_block_size, mamba_page
-from kvrules.registry import RuleRegistry
-from kvrules.rules import Aligner, Check, applies, declines
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import Aligner, Check, applies, declines
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
 
 

@@ -21,7 +21,7 @@ from kvrules.hf.mamba import (
     split,
 )
 from kvrules.hf.settings import BuildSettings
-from kvrules.registry import ArchitectureRegistry
+from kvrules.plugin.registry import ArchitectureRegistry
 from kvrules.specs import KVCacheSpec
 
 FULL = "full_attention"

@@ -24,11 +24,11 @@ from fractions import Fraction
 from typing import cast
 
 from kvrules import hookimpl
-from kvrules.context import PlanContext
 from kvrules.errors import PluginError
-from kvrules.groups import KVCacheGroup
-from kvrules.registry import RuleRegistry
-from kvrules.rules import Check, Grouper, Partitioner, applies, declines
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import Check, Grouper, Partitioner, applies, declines
 from kvrules.specs import KVCacheSpec
 from kvrules_plugins.draft_align import DraftAwareAlign
 from kvrules_plugins.group_cost import (

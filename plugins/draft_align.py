@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from math import lcm
 
 from kvrules.config import EngineConfig
-from kvrules.context import PlanContext
 from kvrules.errors import KVRulesError
-from kvrules.groups import KVCacheGroup
 from kvrules.hf.align import STAGE, AlignContext, attention_geometry, attention_page_per_token, mamba_page
-from kvrules.rules import Aligner, Check, applies, declines
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.presets import resolve_strategies
+from kvrules.plugin.rules import Aligner, Check, applies, declines
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec, cdiv
-from kvrules.strategies import resolve_strategies
 from kvrules_plugins.align import HybridAlign
 from kvrules_plugins.group_cost import GroupingCost, acceptable, grouping_cost, ratio
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from kvrules.capacity import blocks_per_request
 from kvrules.config import EngineConfig
-from kvrules.context import PlanContext
 from kvrules.decisions import DecisionLog
 from kvrules.errors import GroupingError
-from kvrules.groups import KVCacheGroup
+from kvrules.pipeline.capacity import blocks_per_request
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.context import PlanContext
 from kvrules.specs import KVCacheSpec, UniformTypeKVCacheSpecs, cdiv
 from kvrules_plugins.groupers import VllmGroupSize, split_bucket
 

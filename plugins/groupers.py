@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvrules import hookimpl
-from kvrules.context import PlanContext
-from kvrules.groups import KVCacheGroup
-from kvrules.registry import RuleRegistry
-from kvrules.rules import Check, Grouper, applies
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import Check, Grouper, applies
 from kvrules.specs import KVCacheSpec, cdiv
 
 

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvrules import hookimpl
-from kvrules.capacity import total_blocks_per_request
 from kvrules.config import EngineConfig
-from kvrules.context import PlanContext
 from kvrules.errors import GroupingError
-from kvrules.groups import KVCacheGroup, KVCacheTensor
-from kvrules.registry import RuleRegistry
-from kvrules.rules import Check, Layout, applies, declines
+from kvrules.pipeline.capacity import total_blocks_per_request
+from kvrules.plan import KVCacheGroup, KVCacheTensor
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import Check, Layout, applies, declines
 from kvrules.specs import UniformTypeKVCacheSpecs
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kvrules import hookimpl
-from kvrules.context import PlanContext
-from kvrules.registry import RuleRegistry
-from kvrules.rules import Check, LayerStrategy, applies, declines
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import Check, LayerStrategy, applies, declines
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
 
 

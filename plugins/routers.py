@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kvrules import hookimpl
-from kvrules.context import PlanContext
 from kvrules.errors import GroupingError, SpecError
-from kvrules.groups import KVCacheGroup
-from kvrules.registry import RuleRegistry
-from kvrules.rules import Check, Router, applies, declines
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import Check, Router, applies, declines
 from kvrules.specs import (
     HiddenStateCacheSpec,
     KVCacheSpec,

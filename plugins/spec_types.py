@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvrules import hookimpl
-from kvrules.registry import SpecTypeRegistry
+from kvrules.plugin.registry import SpecTypeRegistry
 from kvrules.specs import BUILTIN_SPEC_TYPES
 
 

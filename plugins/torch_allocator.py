@@ -16,8 +16,8 @@ from typing import Any
 
 from kvrules import hookimpl
 from kvrules.allocation import AllocationRequest, Allocator
-from kvrules.registry import AllocatorRegistry
-from kvrules.rules import Check, applies, declines
+from kvrules.plugin.registry import AllocatorRegistry
+from kvrules.plugin.rules import Check, applies, declines
 from kvrules_plugins.torch_views import BUILTIN_VIEW_LAYOUTS, view_cache
 
 DEVICE_PATTERN = re.compile(r"^(?:(cpu|meta)|cuda(?::(\d+))?)$")

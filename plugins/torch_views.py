@@ -32,7 +32,7 @@ from typing import Any
 from kvrules.allocation import Placement, ViewLayout
 from kvrules.dtypes import dtype_size, to_torch
 from kvrules.errors import AllocationError
-from kvrules.rules import Check, applies, declines
+from kvrules.plugin.rules import Check, applies, declines
 from kvrules.specs.attention import AttentionSpec, MLAAttentionSpec, SlidingWindowMLASpec, quantized_head_dim
 from kvrules.specs.base import KVCacheSpec, KVQuantMode
 from kvrules.specs.mamba import MambaSpec

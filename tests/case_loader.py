@@ -11,9 +11,7 @@ from typing import Any
 import kvrules
 from kvrules import EngineConfig, KVCacheSpec, KVQuantMode
 
-CASES_DIR = Path(
-    os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parent / "data" / "cases")
-)
+CASES_DIR = Path(os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parent / "data" / "cases"))
 
 
 def case_names() -> list[str]:

@@ -20,8 +20,8 @@ import torch
 import kvrules
 from kvrules import Allocation, AllocationError, PluginError, get_plugin_manager, hookimpl
 from kvrules.allocation import AllocationRequest, Allocator, Placement, ViewLayout
-from kvrules.registry import AllocatorRegistry
-from kvrules.rules import Check, applies, declines
+from kvrules.plugin.registry import AllocatorRegistry
+from kvrules.plugin.rules import Check, applies, declines
 from kvrules_plugins.torch_allocator import TorchAllocator, host_memory
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "allocation.md"

@@ -8,7 +8,7 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from kvrules.cli_allocate import layout_choice
+from kvrules.cli.allocate import layout_choice
 from kvrules.errors import ConfigError
 from kvrules_plugins.torch_allocator import host_memory
 

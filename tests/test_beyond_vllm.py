@@ -24,10 +24,10 @@ from kvrules import (
     get_plugin_manager,
     hookimpl,
 )
-from kvrules.capacity import total_blocks_per_request
 from kvrules.errors import CapacityError
-from kvrules.modelfile import load_example
-from kvrules.registry import RuleRegistry
+from kvrules.examples import load_example
+from kvrules.pipeline.capacity import total_blocks_per_request
+from kvrules.plugin.registry import RuleRegistry
 from kvrules.testing.checks import check_rule
 from kvrules_plugins.beyond_vllm import MinPadding, SpeculatorGroup
 from kvrules_plugins.draft_align import DraftAwareAlign
@@ -280,7 +280,7 @@ def test_acceptable_orders_capacity_then_groups_then_slots() -> None:
 
 
 def _ctx() -> Any:
-    from kvrules.context import PlanContext
+    from kvrules.plugin.context import PlanContext
 
     return PlanContext(config=CFG, strategies=DEFAULT.strategies, registries=DEFAULT.registries)
 

@@ -19,7 +19,7 @@ from kvrules import (
     Planner,
     SlidingWindowSpec,
 )
-from kvrules.modelfile import example_names, load_example
+from kvrules.examples import example_names, load_example
 from kvrules.plan import plan_json_schema
 
 VLLM = Planner("vllm")

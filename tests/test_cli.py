@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli as run
 
-from kvrules.modelfile import example_names
+from kvrules.examples import example_names
 
 
 def test_plan_example_prints_groups_tensors_and_decisions(capsys: pytest.CaptureFixture[str]) -> None:

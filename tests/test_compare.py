@@ -8,8 +8,8 @@ import pytest
 from cli_helpers import run_cli as run
 
 from kvrules import EngineConfig, Planner
-from kvrules.cli_compare import METRICS, SetResult, figures_of, parse_set, ratios
-from kvrules.modelfile import load_example
+from kvrules.cli.compare import METRICS, SetResult, figures_of, parse_set, ratios
+from kvrules.examples import load_example
 
 
 def test_text_table_has_every_metric_and_ratios_to_the_first_set(capsys: pytest.CaptureFixture[str]) -> None:

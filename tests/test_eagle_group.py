@@ -17,7 +17,7 @@ from kvrules import (
 )
 from kvrules.config import EAGLE_STYLE_METHODS
 from kvrules.integrations.vllm_config import read_vllm_config
-from kvrules.planner import MemoryInput, SpecsInput
+from kvrules.pipeline import MemoryInput, SpecsInput
 
 GIB = 1 << 30
 

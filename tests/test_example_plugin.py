@@ -23,8 +23,8 @@ import structlog
 
 import kvrules
 from kvrules import Planner, PluginError, get_plugin_manager
-from kvrules.cli import main
-from kvrules.modelfile import load_model_file
+from kvrules.cli.main import main
+from kvrules.model import load_model_file
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kvrules-kpool-tail"
 MODEL = EXAMPLE / "models" / "glm-kpool-tiny.json"
@@ -159,13 +159,13 @@ def test_uninstalling_removes_it(installed: Path) -> None:
 def test_example_imports_only_the_public_plugin_api() -> None:
     public = {
         "kvrules",
-        "kvrules.allocation",
-        "kvrules.context",
-        "kvrules.registry",
-        "kvrules.rules",
+        "kvrules.allocation.allocate",
+        "kvrules.plugin.context",
+        "kvrules.plugin.registry",
+        "kvrules.plugin.rules",
         "kvrules.specs",
-        "kvrules.modelfile",
-        "kvrules.plugin_manager",
+        "kvrules.model",
+        "kvrules.plugin.manager",
         "kvrules.testing",
     }
     seen = set()
@@ -179,7 +179,7 @@ def test_example_imports_only_the_public_plugin_api() -> None:
             ):
                 seen.add(words[1])
     assert seen <= public, f"the example reaches into kvrules internals: {sorted(seen - public)}"
-    assert {"kvrules", "kvrules.rules", "kvrules.allocation"} <= seen
+    assert {"kvrules", "kvrules.plugin.rules", "kvrules.allocation.allocate"} <= seen
 
 
 def test_pip_install_into_a_temporary_target(tmp_path: Path) -> None:
@@ -195,7 +195,7 @@ def test_pip_install_into_a_temporary_target(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    kvrules_cli = [sys.executable, "-m", "kvrules.cli"]
+    kvrules_cli = [sys.executable, "-m", "kvrules.cli.main"]
     shown = subprocess.run(
         [*kvrules_cli, "strategies"], env=env_with(target), capture_output=True, text=True, timeout=60
     )
@@ -228,7 +228,7 @@ BROKEN_RESULT = """
 from dataclasses import dataclass
 from typing import ClassVar
 import kvrules
-from kvrules.rules import LayerStrategy, applies
+from kvrules.plugin.rules import LayerStrategy, applies
 from kvrules_kpool_tail.spec import KpoolTailSpec
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import kvrules
 from kvrules import PluginError
 from kvrules.hf import AlignContext, HFOptions, build_hf_model, hybrid_block_size
 from kvrules.hf.examples import load_hf_example_info
-from kvrules.rules import Aligner, Check, applies
+from kvrules.plugin.rules import Aligner, Check, applies
 from kvrules.specs import KVCacheSpec, MambaSpec
 from kvrules_plugins.routers import VLLM_PRESET
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli as run
 
+from kvrules.cli.progress import Progress, progress
 from kvrules.hf.examples import hf_example_names, load_hf_example_info
-from kvrules.progress import Progress, progress
 
 QWEN = Path(load_hf_example_info("hf-qwen3-coder-next").path)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kvrules import ConfigError, KVRulesError, ModelFileError, PluginError
-from kvrules.cli import main
+from kvrules.cli.main import main
 from kvrules.hf import HFOptions, build_hf_model
 
 GOOD = {

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from kvrules import EngineConfig, KVRulesError, Planner
-from kvrules.cli import main
-from kvrules.modelfile import example_names, load_example
-from kvrules.picture import PictureError, draw_layout
+from kvrules.cli.main import main
+from kvrules.examples import example_names, load_example
+from kvrules.report.picture import PictureError, draw_layout
 
 pytest.importorskip("matplotlib")
 

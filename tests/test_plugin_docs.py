@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 import kvrules
-from kvrules import hookspecs
+from kvrules.plugin import hookspecs
 from kvrules.testing import check_plugin
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
@@ -107,7 +107,7 @@ def test_the_documented_trace_lines_look_like_the_real_trace() -> None:
     pm = kvrules.get_plugin_manager(autoload=False)
     from io import StringIO
 
-    from kvrules.plugin_manager import enable_trace
+    from kvrules.plugin.manager import enable_trace
 
     out = StringIO()
     enable_trace(pm, out)
@@ -130,7 +130,7 @@ def test_the_trace_names_a_hook_that_raises() -> None:
     pm = kvrules.get_plugin_manager(autoload=False, plugins=[Broken()])
     from io import StringIO
 
-    from kvrules.plugin_manager import enable_trace
+    from kvrules.plugin.manager import enable_trace
 
     out = StringIO()
     enable_trace(pm, out)

@@ -26,9 +26,9 @@ from kvrules import (
     get_plugin_manager,
     hookimpl,
 )
-from kvrules import hookspecs as hookspec_module
-from kvrules.context import PlanContext
-from kvrules.rules import Check, LayerStrategy, applies
+from kvrules.plugin import hookspecs as hookspec_module
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.rules import Check, LayerStrategy, applies
 from kvrules.specs import KVCacheSpec
 
 PAIR = {
@@ -41,7 +41,7 @@ THIRD_PARTY = """
 from dataclasses import dataclass
 from typing import ClassVar
 import kvrules
-from kvrules.rules import LayerStrategy, applies, declines
+from kvrules.plugin.rules import LayerStrategy, applies, declines
 
 @dataclass(frozen=True)
 class AlwaysPad(LayerStrategy):

@@ -16,10 +16,10 @@ import kvrules
 import kvrules.testing as kit
 from kvrules import EngineConfig, FullAttentionSpec, KVCacheSpec, SpecError, hookimpl
 from kvrules.allocation import Allocator, Placement, ViewLayout
-from kvrules.context import PlanContext
-from kvrules.groups import KVCacheGroup, KVCacheTensor
-from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
-from kvrules.rules import Check, Grouper, LayerStrategy, Layout, Router, applies, declines
+from kvrules.plan import KVCacheGroup, KVCacheTensor
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.rules import Check, Grouper, LayerStrategy, Layout, Router, applies, declines
 from kvrules.testing import (
     CapturedDecisions,
     ConformanceError,

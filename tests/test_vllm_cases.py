@@ -18,7 +18,6 @@ from case_loader import (
 import kvrules
 from kvrules import KVRulesError, Planner, UnificationError
 
-
 NAMES = case_names()
 
 

@@ -21,11 +21,11 @@ from kvrules.decisions import DecisionLog
 from kvrules.errors import KVRulesError, PluginError
 from kvrules.hf.backends import AttentionBackend
 from kvrules.hf.settings import BuildSettings
-from kvrules.registry import Registries
-from kvrules.rules import Aligner, Check
+from kvrules.plugin.presets import StrategySet
+from kvrules.plugin.registry import Registries
+from kvrules.plugin.rules import Aligner, Check
 from kvrules.specs import AttentionSpec, FullAttentionSpec, KVCacheSpec, MambaSpec, cdiv
 from kvrules.specs.base import field_names
-from kvrules.strategies import StrategySet
 
 STAGE = "align"
 

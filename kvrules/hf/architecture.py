@@ -35,8 +35,8 @@ from typing import Any
 
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import BuildSettings
-from kvrules.registry import NamedPlugin
-from kvrules.rules import Check, applies, declines
+from kvrules.plugin.registry import NamedPlugin
+from kvrules.plugin.rules import Check, applies, declines
 from kvrules.specs import FullAttentionSpec, KVCacheSpec, MLAAttentionSpec
 
 

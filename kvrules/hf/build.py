@@ -25,11 +25,11 @@ from kvrules.hf.config import HFConfig
 from kvrules.hf.options import HFOptions
 from kvrules.hf.select import STAGE, call_architecture, check_built, record_built, select_architecture
 from kvrules.hf.settings import BuildSettings, resolve_settings
-from kvrules.modelfile import ModelFile
-from kvrules.plugin_manager import KVRulesPluginManager, default_plugin_manager
-from kvrules.registry import ArchitectureRegistry
+from kvrules.model import ModelFile
+from kvrules.plugin.manager import KVRulesPluginManager, default_plugin_manager
+from kvrules.plugin.presets import StrategySpec, resolve_strategies
+from kvrules.plugin.registry import ArchitectureRegistry
 from kvrules.specs import KVCacheSpec
-from kvrules.strategies import StrategySpec, resolve_strategies
 
 DRAFT_PREFIX = "draft."
 """Prefix of the draft model's layer names (one of ``EngineConfig.draft_layer_prefixes``)."""

@@ -19,8 +19,8 @@ from kvrules.errors import ModelFileError
 from kvrules.hf.build import MTP, HFModelFile, build_hf_model
 from kvrules.hf.config import HFConfig
 from kvrules.hf.options import HFOptions
-from kvrules.plugin_manager import KVRulesPluginManager
-from kvrules.strategies import StrategySpec
+from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.plugin.presets import StrategySpec
 from kvrules.units import parse_size
 
 PREFIX = "hf-"

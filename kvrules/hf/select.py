@@ -15,8 +15,8 @@ from kvrules.decisions import DecisionLog
 from kvrules.errors import KVRulesError, ModelFileError, PluginError
 from kvrules.hf.architecture import Architecture
 from kvrules.hf.config import HFConfig
-from kvrules.registry import ArchitectureRegistry
-from kvrules.rules import Check
+from kvrules.plugin.registry import ArchitectureRegistry
+from kvrules.plugin.rules import Check
 from kvrules.specs import KVCacheSpec
 
 STAGE = "arch"

@@ -35,7 +35,6 @@ import structlog
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
 from kvrules.errors import CapacityError, ConfigError, GroupingError
-from kvrules.groups import KVCacheGroup
 from kvrules.integrations.vllm_config import VllmSettings, read_vllm_config
 from kvrules.integrations.vllm_specs import (
     VllmClasses,
@@ -47,12 +46,12 @@ from kvrules.integrations.vllm_specs import (
     vllm_classes,
     vllm_version,
 )
-from kvrules.plan import Plan, WorkerPlan
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager
+from kvrules.pipeline import Planner
+from kvrules.plan import KVCacheGroup, Plan, WorkerPlan
+from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.plugin.presets import StrategySpec
 from kvrules.specs import MambaSpec, SlidingWindowSpec
 from kvrules.specs.base import KVCacheSpec
-from kvrules.strategies import StrategySpec
 
 log = structlog.get_logger("kvrules")
 #: vLLM's operators read vLLM's log: the decisions vLLM itself reports there are repeated here

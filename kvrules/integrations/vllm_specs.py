@@ -156,7 +156,7 @@ def kvrules_classes_by_name(spec_types: Mapping[str, type[KVCacheSpec]]) -> dict
 
 
 def _default_spec_types() -> Mapping[str, type[KVCacheSpec]]:
-    from kvrules.plugin_manager import default_registries
+    from kvrules.plugin.manager import default_registries
 
     return default_registries().spec_types.classes
 

@@ -63,7 +63,7 @@ def spec_from_dict(
     if not isinstance(data, Mapping):
         raise SpecError(f"{where}: expected an object with a 'type' key, got {type(data).__name__}")
     if spec_types is None:
-        from kvrules.plugin_manager import default_registries
+        from kvrules.plugin.manager import default_registries
 
         spec_types = default_registries().spec_types.classes
     type_name = data.get("type")

@@ -24,7 +24,7 @@ import pytest
 import structlog
 
 from kvrules.decisions import Decision
-from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
 from kvrules.testing.allocators import check_view_layout
 from kvrules.testing.checks import (
     ConformanceError,

@@ -1,4 +1,4 @@
-"""Conformance checks for allocators and view layouts (see :mod:`kvrules.allocation`).
+"""Conformance checks for allocators and view layouts (see :mod:`kvrules.allocation.allocate`).
 
 Both run on the ``meta`` device by default: buffers get shapes and strides but no memory, so the
 checks need no GPU and work for plans of any size.
@@ -12,11 +12,11 @@ from typing import Any
 from kvrules import hookimpl
 from kvrules.allocation import Allocator, ViewLayout, allocate
 from kvrules.errors import KVRulesError
+from kvrules.pipeline import Planner
 from kvrules.plan import Plan
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
-from kvrules.registry import AllocatorRegistry, NamedPlugin
-from kvrules.rules import Check
+from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin
+from kvrules.plugin.rules import Check
 from kvrules.specs import KVCacheSpec
 from kvrules.testing.checks import ConformanceError, _fail
 from kvrules.testing.samples import SAMPLE_SPEC_NAMES, Scenario, make_specs, sample_spec

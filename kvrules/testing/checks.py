@@ -26,11 +26,12 @@ from kvrules import hookimpl
 from kvrules.config import EngineConfig
 from kvrules.decisions import OUTCOMES, STAGES
 from kvrules.errors import KVRulesError, PluginError
+from kvrules.pipeline import Planner
 from kvrules.plan import Plan, WorkerPlan
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
-from kvrules.registry import Registries, RuleRegistry, SpecTypeRegistry
-from kvrules.rules import (
+from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.presets import StrategySet
+from kvrules.plugin.registry import Registries, RuleRegistry, SpecTypeRegistry
+from kvrules.plugin.rules import (
     NAME_PATTERN,
     RULE_KINDS,
     Aligner,
@@ -44,7 +45,6 @@ from kvrules.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
-from kvrules.strategies import StrategySet
 from kvrules.testing.samples import Scenario, sample_scenarios, samples_of
 
 T = TypeVar("T")
@@ -363,7 +363,7 @@ def _plan(planner: Planner, scenario: Scenario, rule: Rule, report: RuleReport) 
             raise _fail(
                 f"rule {rule.name!r}",
                 f"in scenario {scenario.name!r} the core rejected it: {exc}",
-                "return results that keep the rule kind's contract (see kvrules.rules)",
+                "return results that keep the rule kind's contract (see kvrules.plugin.rules)",
             ) from exc
         report.errors[scenario.name] = f"{type(exc).__name__}: {exc}"
         return None
@@ -668,7 +668,7 @@ def check_plugin(
         raise _fail(
             f"plugin {plugin!r}",
             f"{type(exc).__name__}: {exc}",
-            "name hook implementations exactly as in kvrules.hookspecs, with the same arguments",
+            "name hook implementations exactly as in kvrules.plugin.hookspecs, with the same arguments",
         ) from exc
     if isinstance(plugin, ModuleType):
         check_import_is_gpu_free(plugin.__name__)
@@ -685,7 +685,7 @@ def check_plugin(
 
 
 def _builtin_names() -> tuple[str, ...]:
-    from kvrules.plugin_manager import BUILTIN_PLUGINS
+    from kvrules.plugin.manager import BUILTIN_PLUGINS
 
     return BUILTIN_PLUGINS
 

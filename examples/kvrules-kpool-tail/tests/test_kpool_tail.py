@@ -13,8 +13,8 @@ from typing import Any
 
 import kvrules
 import pytest
-from kvrules.modelfile import load_model_file
-from kvrules.plugin_manager import KVRulesPluginManager
+from kvrules.model import load_model_file
+from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.testing import (
     CapturedDecisions,
     Scenario,

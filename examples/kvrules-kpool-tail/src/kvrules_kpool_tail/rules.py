@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kvrules import EngineConfig, GroupingError, KVCacheGroup, KVCacheSpec, KVCacheTensor
-from kvrules.context import PlanContext
-from kvrules.rules import Check, LayerStrategy, Layout, applies, declines
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.rules import Check, LayerStrategy, Layout, applies, declines
 from kvrules.specs import UniformTypeKVCacheSpecs, cdiv
 
 from kvrules_kpool_tail.spec import KpoolTailSpec

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvrules import AllocationError, KVCacheSpec, KVQuantMode
 from kvrules.allocation import Placement, ViewLayout
-from kvrules.rules import Check, applies, declines
+from kvrules.plugin.rules import Check, applies, declines
 
 from kvrules_kpool_tail.spec import KpoolTailSpec
 

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from kvrules.errors import GroupingError, KVRulesError, PluginError
-from kvrules.groups import KVCacheGroup
-from kvrules.rules import Grouper, Partitioner
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.rules import Grouper, Partitioner
 from kvrules.specs.base import KVCacheSpec
 
 if TYPE_CHECKING:
-    from kvrules.context import PlanContext
+    from kvrules.plugin.context import PlanContext
 
 
 def _wrap(ctx: PlanContext, name: str, what: str, exc: Exception) -> PluginError:

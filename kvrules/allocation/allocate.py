@@ -17,15 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvrules.allocation.placement import Placement, placements_for
+from kvrules.allocation.views import LayoutChoice, ViewLayout, resolve_view_layouts
 from kvrules.decisions import Decision, DecisionLog
 from kvrules.errors import AllocationError, KVRulesError, PluginError
-from kvrules.placement import Placement, placements_for
 from kvrules.plan import Plan
-from kvrules.plugin_manager import KVRulesPluginManager, default_plugin_manager
-from kvrules.registry import AllocatorRegistry, NamedPlugin
-from kvrules.rules import Check
+from kvrules.plugin.manager import KVRulesPluginManager, default_plugin_manager
+from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin
+from kvrules.plugin.rules import Check
 from kvrules.units import format_size
-from kvrules.view_layouts import LayoutChoice, ViewLayout, resolve_view_layouts
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class Allocation:
 
         :raises AllocationError: naming the layer, the view and the bytes that disagree.
         """
-        from kvrules.view_check import verify_allocation
+        from kvrules.allocation.verify import verify_allocation
 
         verify_allocation(self)
 
@@ -322,17 +322,3 @@ def allocate(
         layouts={name: lay.name for name, lay in layouts.items()},
         decisions=tuple(log.items),
     )
-
-
-__all__ = [
-    "Allocation",
-    "AllocationRequest",
-    "Allocator",
-    "LayoutChoice",
-    "Placement",
-    "ViewLayout",
-    "allocate",
-    "choose_allocator",
-    "placements_for",
-    "resolve_view_layouts",
-]

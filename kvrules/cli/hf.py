@@ -1,6 +1,6 @@
 """Command-line glue of the model front door: the ``--hf-config`` flags and building the model file.
 
-``kvrules.cli`` calls :func:`add_hf_arguments` from ``add_plan_arguments`` and
+``kvrules.cli.main`` calls :func:`add_hf_arguments` from ``add_plan_arguments`` and
 :func:`hf_model_from_args` from ``load_model``; every error is a :class:`~kvrules.KVRulesError`
 (exit code 2, no traceback).
 """
@@ -15,11 +15,11 @@ from kvrules.errors import ConfigError, ModelFileError
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.hf.build import MTP, HFModelFile, model_from_hf
 from kvrules.hf.options import KV_CACHE_DTYPES, MAMBA_DTYPES, HFOptions
-from kvrules.modelfile import ModelFile
+from kvrules.model import ModelFile
 from kvrules.plan import Plan
-from kvrules.plugin_manager import KVRulesPluginManager
+from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.plugin.presets import StrategySpec
 from kvrules.specs.mamba import MAMBA_CACHE_MODES
-from kvrules.strategies import StrategySpec
 
 #: argparse destination -> :class:`HFOptions` field
 OPTION_FLAGS: dict[str, str] = {

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from kvrules.errors import AllocationError
 
 if TYPE_CHECKING:
-    from kvrules.allocation import Allocation, Placement
+    from kvrules.allocation.allocate import Allocation
+    from kvrules.allocation.placement import Placement
 
 #: most separate byte runs one block of one view may have before the check gives up
 MAX_RUNS = 1 << 20

@@ -6,11 +6,11 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from kvrules.capacity import blocks_per_request
+from kvrules.pipeline.capacity import blocks_per_request
 from kvrules.plan import Plan
-from kvrules.registry import Registries
+from kvrules.plugin.presets import StrategySet
+from kvrules.plugin.registry import Registries
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-from kvrules.strategies import StrategySet
 from kvrules.units import format_size
 
 

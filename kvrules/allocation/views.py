@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvrules.allocation.placement import Placement
 from kvrules.decisions import DecisionLog
 from kvrules.errors import AllocationError, KVRulesError, PluginError
-from kvrules.placement import Placement
-from kvrules.registry import AllocatorRegistry, NamedPlugin
-from kvrules.rules import Check
+from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin
+from kvrules.plugin.rules import Check
 from kvrules.specs.base import KVCacheSpec
 
 #: what ``layout=`` accepts: one view-layout name, or a mapping from layer name or spec type

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from kvrules.decisions import Decision
 from kvrules.errors import KVRulesError, PluginError, UnificationError
-from kvrules.rules import LayerStrategy
+from kvrules.plugin.rules import LayerStrategy
 from kvrules.specs.base import KVCacheSpec, field_names
 
 if TYPE_CHECKING:
-    from kvrules.context import PlanContext
+    from kvrules.plugin.context import PlanContext
 
 DISPATCHER = "dispatcher"
 

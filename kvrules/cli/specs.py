@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
+from kvrules.cli.hf import add_hf_arguments, hf_model_from_args
 from kvrules.errors import ModelFileError
 from kvrules.hf.build import HFModel, HFModelFile
-from kvrules.hf.cli import add_hf_arguments, hf_model_from_args
-from kvrules.render import table
+from kvrules.report.tables import table
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
 
 
@@ -81,8 +82,6 @@ def render_model(model: HFModel, title: str) -> str:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
-    from kvrules.cli import plugin_manager_from, strategies_from
-
     pm = plugin_manager_from(args)
     found = hf_model_from_args(args, pm, strategies_from(args))
     if found is None:
@@ -109,7 +108,7 @@ def cmd_specs(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
     """Add the ``specs`` sub-command."""
     p = subparsers.add_parser("specs", help="derive per-layer specs from a Hugging Face config.json")
     p.add_argument("--example", metavar="NAME", help="a built-in hf-* example (see `kvrules examples`)")

@@ -11,11 +11,13 @@ import argparse
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kvrules.allocation import Allocation, LayoutChoice, allocate, choose_allocator
-from kvrules.cli import (
+from kvrules.allocation.views import check_layout_names
+from kvrules.cli.common import (
+    add_common,
     add_plan_arguments,
     apply_workers,
     engine_config,
@@ -25,12 +27,11 @@ from kvrules.cli import (
 )
 from kvrules.decisions import DecisionLog
 from kvrules.errors import ConfigError
-from kvrules.modelfile import ModelFile
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager
-from kvrules.render import table
+from kvrules.model import ModelFile
+from kvrules.pipeline import Planner
+from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.report.tables import table
 from kvrules.units import format_size, parse_size
-from kvrules.view_layouts import check_layout_names
 
 DEFAULT_FRACTION = 0.9
 _FRACTION = re.compile(r"^\s*\d*\.\d*\s*$")
@@ -188,7 +189,7 @@ def cmd_allocate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
     """Add the ``allocate`` sub-command."""
     p = subparsers.add_parser(
         "allocate", help="plan against a device's free memory and allocate one worker's KV cache"

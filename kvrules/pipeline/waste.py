@@ -18,91 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
 
-from kvrules.capacity import blocks_per_request
 from kvrules.config import EngineConfig
-from kvrules.groups import KVCacheGroup
+from kvrules.pipeline.capacity import blocks_per_request
+from kvrules.plan import KVCacheGroup, WasteReport, WorkerWaste
 from kvrules.specs.base import cdiv
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-
-
-@dataclass(frozen=True)
-class WorkerWaste:
-    """One worker's bytes for one request of ``max_model_len`` (see the module docstring)."""
-
-    block_bytes: int
-    allocated_bytes: int
-    real_bytes: int
-    page_padding_bytes: int
-    slot_padding_bytes: int
-
-    @property
-    def efficiency(self) -> float:
-        """``real / allocated`` (1.0 when nothing is allocated)."""
-        return 1.0 if self.allocated_bytes == 0 else self.real_bytes / self.allocated_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plan-schema form."""
-        return {**asdict(self), "efficiency": self.efficiency}
-
-
-@dataclass(frozen=True)
-class WasteReport:
-    """Padding and efficiency of a plan, summed over workers.
-
-    :ivar padding_slots: empty tensor slots over the groups (a shared pool's ``group_size -
-        len(group)`` summed over groups).
-    :ivar ideal_max_concurrency: requests the same memory would hold with no padding.
-    :ivar ideal_capacity_tokens: ``floor(ideal_max_concurrency * max_model_len)``.
-    """
-
-    workers: tuple[WorkerWaste, ...]
-    padding_slots: int
-    ideal_max_concurrency: float
-    ideal_capacity_tokens: int
-
-    @property
-    def allocated_bytes(self) -> int:
-        """Bytes one request reserves, all workers."""
-        return sum(w.allocated_bytes for w in self.workers)
-
-    @property
-    def real_bytes(self) -> int:
-        """Bytes of real state one request holds, all workers."""
-        return sum(w.real_bytes for w in self.workers)
-
-    @property
-    def page_padding_bytes(self) -> int:
-        """Page padding one request reserves, all workers."""
-        return sum(w.page_padding_bytes for w in self.workers)
-
-    @property
-    def slot_padding_bytes(self) -> int:
-        """Slot padding one request reserves, all workers."""
-        return sum(w.slot_padding_bytes for w in self.workers)
-
-    @property
-    def efficiency(self) -> float:
-        """``real / allocated`` over all workers."""
-        return 1.0 if self.allocated_bytes == 0 else self.real_bytes / self.allocated_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plan-schema form."""
-        return {
-            "allocated_bytes": self.allocated_bytes,
-            "real_bytes": self.real_bytes,
-            "page_padding_bytes": self.page_padding_bytes,
-            "slot_padding_bytes": self.slot_padding_bytes,
-            "efficiency": self.efficiency,
-            "padding_slots": self.padding_slots,
-            "ideal_max_concurrency": None
-            if math.isinf(self.ideal_max_concurrency)
-            else self.ideal_max_concurrency,
-            "ideal_capacity_tokens": self.ideal_capacity_tokens,
-            "workers": [w.to_dict() for w in self.workers],
-        }
 
 
 def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: EngineConfig) -> WorkerWaste:

@@ -12,11 +12,12 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvrules.cli import (
+from kvrules.cli.common import (
+    add_common,
     add_plan_arguments,
     apply_workers,
     engine_config,
@@ -26,11 +27,11 @@ from kvrules.cli import (
 )
 from kvrules.config import EngineConfig
 from kvrules.errors import KVRulesError
-from kvrules.modelfile import ModelFile
+from kvrules.model import ModelFile
+from kvrules.pipeline import Planner
 from kvrules.plan import Plan
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager
-from kvrules.render import table
+from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.report.tables import table
 from kvrules.units import format_size
 
 SCHEMA = "kvrules.compare/v1"
@@ -253,7 +254,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
     """Add ``compare`` to the ``kvrules`` command line."""
     parser = subparsers.add_parser(
         "compare",

@@ -1,29 +1,21 @@
-"""The ``kvrules`` command line: ``plan``, ``strategies``, ``examples``.
-
-Exit codes: 0 success, 2 a user error (a :class:`~kvrules.KVRulesError`: message, no traceback).
-"""
+"""What the ``kvrules`` commands share: the common flags, logging set-up for the command line,
+the plugin manager and strategy set from flags, and loading a model with its engine settings."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
 
+from kvrules.cli.hf import add_hf_arguments, hf_model_from_args
 from kvrules.config import EngineConfig
-from kvrules.errors import ConfigError, KVRulesError, ModelFileError
-from kvrules.hf.cli import add_hf_arguments, hf_model_from_args, with_model_decisions
-from kvrules.modelfile import ModelFile, example_names, load_example, load_model_file
-from kvrules.planner import Planner
-from kvrules.plugin_manager import KVRulesPluginManager, get_plugin_manager
-from kvrules.render import render_plan, render_rules
-from kvrules.strategies import resolve_strategies
-from kvrules.summary import render_summary
+from kvrules.errors import ConfigError, ModelFileError
+from kvrules.examples import load_example
+from kvrules.model import ModelFile, load_model_file
+from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
 from kvrules.units import parse_sizes
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -46,7 +38,7 @@ def configure_logging(fmt: str, level: str) -> None:
     )
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategies",
         action="append",
@@ -73,7 +65,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def plugin_manager_from(args: argparse.Namespace) -> KVRulesPluginManager:
     """A plugin manager honouring ``--block``, ``--no-autoload`` and ``--trace``."""
-    from kvrules.plugin_manager import enable_trace
+    from kvrules.plugin.manager import enable_trace
 
     pm = get_plugin_manager(autoload=not args.no_autoload, blocked=args.block)
     if args.trace:
@@ -156,43 +148,6 @@ def memory_from(model: ModelFile, args: argparse.Namespace) -> list[int]:
     raise ConfigError("no memory given: pass --memory (e.g. 40GiB, or 40GiB,40GiB per worker)")
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    pm = plugin_manager_from(args)
-    model, title = load_model(args, pm)
-    apply_workers(model, args)
-    config = engine_config(model, args)
-    memory = memory_from(model, args)
-    planner = Planner(strategies_from(args), plugin_manager=pm)
-    plan = with_model_decisions(planner.plan(model.worker_specs(), memory, config), model)
-    if args.output:
-        Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
-    if getattr(args, "picture", None):
-        from kvrules.picture import draw_layout
-
-        draw_layout(plan, args.picture, title=f"kvrules plan: {title}")
-    if args.json:
-        print(plan.to_json())
-    else:
-        print(render_plan(plan, f"kvrules plan: {title}"))
-        print()
-        print(render_summary(plan))
-    return 0
-
-
-def cmd_strategies(args: argparse.Namespace) -> int:
-    pm = plugin_manager_from(args)
-    active = resolve_strategies(strategies_from(args), pm.registries.rules)
-    print(render_rules(pm.registries, active))
-    return 0
-
-
-def cmd_examples(args: argparse.Namespace) -> int:
-    for name in example_names():
-        model = load_example(name)
-        print(f"{name:20s} {len(model.specs):4d} layers  {model.description}")
-    return 0
-
-
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Model input and engine flags shared by commands that plan."""
     parser.add_argument("file", nargs="?", help="model file (JSON or TOML)")
@@ -209,61 +164,3 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         help="split the layers into N pipeline stages in layer order (when the model file lists none)",
     )
     add_hf_arguments(parser)
-
-
-#: modules that add sub-commands; each defines ``register(subparsers, add_common)`` where
-#: ``add_common(parser)`` adds the shared flags (--strategies, --block, --log-format, ...)
-COMMAND_MODULES: tuple[str, ...] = (
-    "kvrules.cli_allocate",
-    "kvrules.cli_compare",
-    "kvrules.cli_specs",
-    "kvrules.cli_sweep",
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kvrules", description="Plan KV-cache memory for LLM inference engines."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="plan a model's KV cache and print the layout")
-    add_plan_arguments(p)
-    p.add_argument(
-        "--json", action="store_true", help="print the whole plan as JSON (schema kvrules.plan/v1)"
-    )
-    p.add_argument("-o", "--output", metavar="PATH", help="also write the plan JSON to PATH")
-    p.add_argument(
-        "--picture", metavar="PATH", help="draw the memory layout to PATH (.svg or .png; needs kvrules[plot])"
-    )
-    _common(p)
-    p.set_defaults(func=cmd_plan)
-    s = sub.add_parser("strategies", help="list every registered rule and preset")
-    _common(s)
-    s.set_defaults(func=cmd_strategies)
-    e = sub.add_parser("examples", help="list the built-in examples")
-    e.set_defaults(func=cmd_examples, log_format=None, log_level=None)
-    for module in COMMAND_MODULES:
-        register: Callable[[Any, Callable[[argparse.ArgumentParser], None]], None] = importlib.import_module(
-            module
-        ).register
-        register(sub, _common)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    fmt = getattr(args, "log_format", None)
-    level = getattr(args, "log_level", None) or ("debug" if fmt else "warning")
-    configure_logging(fmt or "console", level)
-    try:
-        return int(args.func(args))
-    except KVRulesError as exc:
-        print(f"kvrules: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from kvrules.config import EngineConfig
-from kvrules.groups import KVCacheGroup
+from kvrules.plan import KVCacheGroup
 from kvrules.specs.base import KVCacheSpec, cdiv
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
 

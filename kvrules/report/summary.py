@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvrules.groups import KVCacheGroup
-from kvrules.plan import Plan
-from kvrules.render import table
+from kvrules.plan import KVCacheGroup, Plan
+from kvrules.report.tables import table
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
 
 

@@ -12,16 +12,16 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable
 from typing import Any
 
+from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
+from kvrules.cli.progress import Progress
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
 from kvrules.hf.build import MTP, build_hf_model
 from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
-from kvrules.planner import Planner
-from kvrules.progress import Progress
-from kvrules.render import table
-from kvrules.summary import efficiency
+from kvrules.pipeline import Planner
+from kvrules.report.summary import efficiency
+from kvrules.report.tables import table
 from kvrules.units import format_size
 
 AXES = ("tensor_parallel_size", "kv_cache_dtype", "num_speculative_tokens")
@@ -57,7 +57,6 @@ def sweep_row(
     pm: Any,
 ) -> dict[str, Any]:
     """Build and plan one combination; a :class:`KVRulesError` becomes the row's ``error``."""
-    from kvrules.cli import strategies_from
     from kvrules.config import EngineConfig
 
     row: dict[str, Any] = {axis: getattr(options, axis) for axis in AXES}
@@ -85,7 +84,6 @@ def sweep_row(
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from kvrules.cli import plugin_manager_from
     from kvrules.hf.examples import load_hf_example_info
     from kvrules.units import parse_sizes
 
@@ -196,7 +194,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
+def register(subparsers: Any) -> None:
     """Add the ``sweep`` sub-command."""
     p = subparsers.add_parser(
         "sweep", help="plan a Hugging Face model over TP sizes, KV dtypes and draft tokens"

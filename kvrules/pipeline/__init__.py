@@ -9,14 +9,7 @@ from typing import Any
 
 import structlog
 
-from kvrules.capacity import (
-    gib,
-    largest_fitting_length,
-    max_concurrency,
-    with_length,
-)
 from kvrules.config import EngineConfig
-from kvrules.context import PlanContext
 from kvrules.errors import (
     CapacityError,
     ConfigError,
@@ -26,15 +19,21 @@ from kvrules.errors import (
     SpecError,
     UnificationError,
 )
-from kvrules.grouping import check_groups
-from kvrules.groups import KVCacheGroup, KVCacheTensor
-from kvrules.plan import Plan, UnifyResult, WorkerPlan, project_group
-from kvrules.plugin_manager import KVRulesPluginManager, default_plugin_manager
-from kvrules.rules import Converter, Fallback, Layout, Router
+from kvrules.pipeline.capacity import (
+    gib,
+    largest_fitting_length,
+    max_concurrency,
+    with_length,
+)
+from kvrules.pipeline.group import check_groups
+from kvrules.pipeline.waste import waste_report
+from kvrules.plan import KVCacheGroup, KVCacheTensor, Plan, UnifyResult, WorkerPlan, project_group
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.manager import KVRulesPluginManager, default_plugin_manager
+from kvrules.plugin.presets import StrategySpec, resolve_strategies
+from kvrules.plugin.rules import Converter, Fallback, Layout, Router
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-from kvrules.strategies import StrategySpec, resolve_strategies
-from kvrules.waste import waste_report
 
 log = structlog.get_logger("kvrules")
 

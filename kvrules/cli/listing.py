@@ -1,0 +1,34 @@
+"""``kvrules strategies`` and ``kvrules examples``: what is registered and what is built in."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
+from kvrules.examples import example_names, load_example
+from kvrules.plugin.presets import resolve_strategies
+from kvrules.report.tables import render_rules
+
+
+def cmd_strategies(args: argparse.Namespace) -> int:
+    pm = plugin_manager_from(args)
+    active = resolve_strategies(strategies_from(args), pm.registries.rules)
+    print(render_rules(pm.registries, active))
+    return 0
+
+
+def cmd_examples(args: argparse.Namespace) -> int:
+    for name in example_names():
+        model = load_example(name)
+        print(f"{name:20s} {len(model.specs):4d} layers  {model.description}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``strategies`` and ``examples`` sub-commands."""
+    s = subparsers.add_parser("strategies", help="list every registered rule and preset")
+    add_common(s)
+    s.set_defaults(func=cmd_strategies)
+    e = subparsers.add_parser("examples", help="list the built-in examples")
+    e.set_defaults(func=cmd_examples, log_format=None, log_level=None)

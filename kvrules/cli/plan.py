@@ -1,0 +1,59 @@
+"""``kvrules plan``: plan a model and print the layout, the summary, the JSON or a picture."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from kvrules.cli.common import (
+    add_common,
+    add_plan_arguments,
+    apply_workers,
+    engine_config,
+    load_model,
+    memory_from,
+    plugin_manager_from,
+    strategies_from,
+)
+from kvrules.cli.hf import with_model_decisions
+from kvrules.pipeline import Planner
+from kvrules.report.picture import draw_layout
+from kvrules.report.summary import render_summary
+from kvrules.report.tables import render_plan
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    pm = plugin_manager_from(args)
+    model, title = load_model(args, pm)
+    apply_workers(model, args)
+    config = engine_config(model, args)
+    memory = memory_from(model, args)
+    planner = Planner(strategies_from(args), plugin_manager=pm)
+    plan = with_model_decisions(planner.plan(model.worker_specs(), memory, config), model)
+    if args.output:
+        Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
+    if getattr(args, "picture", None):
+        draw_layout(plan, args.picture, title=f"kvrules plan: {title}")
+    if args.json:
+        print(plan.to_json())
+    else:
+        print(render_plan(plan, f"kvrules plan: {title}"))
+        print()
+        print(render_summary(plan))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``plan`` sub-command."""
+    p = subparsers.add_parser("plan", help="plan a model's KV cache and print the layout")
+    add_plan_arguments(p)
+    p.add_argument(
+        "--json", action="store_true", help="print the whole plan as JSON (schema kvrules.plan/v1)"
+    )
+    p.add_argument("-o", "--output", metavar="PATH", help="also write the plan JSON to PATH")
+    p.add_argument(
+        "--picture", metavar="PATH", help="draw the memory layout to PATH (.svg or .png; needs kvrules[plot])"
+    )
+    add_common(p)
+    p.set_defaults(func=cmd_plan)

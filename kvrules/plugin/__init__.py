@@ -1,0 +1,80 @@
+"""Everything a kvrules plugin author imports, from one module.
+
+A plugin is a module (or object) with ``@hookimpl`` functions named ``kvrules_register_*`` that
+add typed objects to the registry they are given: rules of the kinds in :data:`RULE_KINDS`,
+spec types, allocators and view layouts, architectures. Specs, errors, :class:`~kvrules.EngineConfig`
+and the plan types come from :mod:`kvrules` itself.
+"""
+
+from kvrules.plugin.context import PlanContext
+from kvrules.plugin.hookspecs import hookimpl
+from kvrules.plugin.manager import (
+    BUILTIN_PLUGINS,
+    KVRulesPluginManager,
+    default_manager,
+    enable_trace,
+    get_plugin_manager,
+    reset_default_manager,
+    set_default_manager,
+)
+from kvrules.plugin.presets import DEFAULT_SET, StrategySet, StrategySpec, resolve_strategies
+from kvrules.plugin.registry import (
+    AllocatorRegistry,
+    ArchitectureRegistry,
+    NamedPlugin,
+    Registries,
+    RuleRegistry,
+    SpecTypeRegistry,
+)
+from kvrules.plugin.rules import (
+    NAME_PATTERN,
+    RULE_KINDS,
+    Aligner,
+    Check,
+    Converter,
+    Fallback,
+    Grouper,
+    LayerStrategy,
+    Layout,
+    Partitioner,
+    Router,
+    Rule,
+    applies,
+    declines,
+)
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "DEFAULT_SET",
+    "NAME_PATTERN",
+    "RULE_KINDS",
+    "Aligner",
+    "AllocatorRegistry",
+    "ArchitectureRegistry",
+    "Check",
+    "Converter",
+    "Fallback",
+    "Grouper",
+    "KVRulesPluginManager",
+    "LayerStrategy",
+    "Layout",
+    "NamedPlugin",
+    "Partitioner",
+    "PlanContext",
+    "Registries",
+    "Router",
+    "Rule",
+    "RuleRegistry",
+    "SpecTypeRegistry",
+    "StrategySet",
+    "StrategySpec",
+    "applies",
+    "declines",
+    "default_manager",
+    "enable_trace",
+    "get_plugin_manager",
+    "hookimpl",
+    "reset_default_manager",
+    "resolve_strategies",
+    "set_default_manager",
+]

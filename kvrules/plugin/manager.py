@@ -1,0 +1,266 @@
+"""Plugin manager factory: built-ins always, third parties through entry points.
+
+Built-in plugins are declared as entry points in the group ``kvrules.plugins`` exactly like a
+third party's and listed by name in :data:`BUILTIN_PLUGINS`. Third-party autoload is turned off
+by setting ``KVRULES_DISABLE_PLUGIN_AUTOLOAD``; any plugin (built-in too) can be blocked by name.
+Set ``KVRULES_TRACE=1`` to print every hook call to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pluggy
+import structlog
+
+from kvrules.errors import KVRulesError, PluginError
+from kvrules.plugin import hookspecs
+from kvrules.plugin.registry import Registries
+
+ENTRY_POINT_GROUP = "kvrules.plugins"
+AUTOLOAD_ENV = "KVRULES_DISABLE_PLUGIN_AUTOLOAD"
+TRACE_ENV = "KVRULES_TRACE"
+
+#: entry-point names of the plugins that ship with kvrules (always loaded unless blocked)
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "spec-types",
+    "page-unify",
+    "routers",
+    "groupers",
+    "converters",
+    "layouts",
+    "torch-allocator",
+    "beyond-vllm",
+    "architectures",
+    "align",
+)
+
+REGISTRATION_HOOKS: tuple[tuple[str, str], ...] = (
+    ("kvrules_register_spec_types", "spec_types"),
+    ("kvrules_register_rules", "rules"),
+    ("kvrules_register_allocators", "allocators"),
+    ("kvrules_register_architectures", "architectures"),
+)
+
+log = structlog.get_logger("kvrules")
+
+
+class KVRulesPluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers each plugin's distribution and caches its registries."""
+
+    def __init__(self) -> None:
+        super().__init__("kvrules")
+        self.add_hookspecs(hookspecs)
+        self.distinfo: dict[str, str] = {}
+        self._registries: Registries | None = None
+
+    def describe(self, name: str) -> str:
+        """``plugin 'name' (dist version)`` for error messages."""
+        dist = self.distinfo.get(name)
+        return f"plugin {name!r}" + (f" ({dist})" if dist else "")
+
+    @property
+    def registries(self) -> Registries:
+        """Everything the registered plugins contributed (collected once)."""
+        if self._registries is None:
+            self._registries = collect_registries(self)
+        return self._registries
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register ``plugin`` (see pluggy); the registries are collected afresh on next use."""
+        self._registries = None
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        """Unregister ``plugin`` or ``name`` (see pluggy); the registries are collected afresh."""
+        self._registries = None
+        return super().unregister(plugin, name)
+
+
+def _autoload_disabled() -> bool:
+    return bool(os.environ.get(AUTOLOAD_ENV))
+
+
+def _load(pm: KVRulesPluginManager, ep: EntryPoint) -> None:
+    try:
+        plugin = ep.load()
+    except Exception as exc:
+        raise PluginError(f'error loading plugin "{ep.name}": {type(exc).__name__}: {exc}') from exc
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        pm.distinfo[ep.name] = f"{dist.metadata['Name']} {dist.version}"
+    pm.register(plugin, name=ep.name)
+    if structlog.is_configured():
+        log.debug("kvrules.plugin.loaded", plugin=ep.name, distribution=pm.distinfo.get(ep.name))
+
+
+def get_plugin_manager(
+    *,
+    autoload: bool = True,
+    plugins: Iterable[Any] = (),
+    blocked: Iterable[str] = (),
+) -> KVRulesPluginManager:
+    """A fresh plugin manager with the built-ins, autoloaded third parties and ``plugins``.
+
+    :param autoload: load third-party entry points (also off when ``KVRULES_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    :param plugins: extra plugin objects to register (named by their ``name`` attribute or ``__name__``).
+    :param blocked: plugin names never to register, built-ins included.
+    :raises PluginError: a plugin fails to load, or kvrules' own entry points are missing.
+    """
+    pm = KVRulesPluginManager()
+    for name in blocked:
+        pm.set_blocked(name)
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    missing = [name for name in BUILTIN_PLUGINS if name not in found]
+    if missing:
+        raise PluginError(
+            f"kvrules is not installed (its entry points {', '.join(missing)} in group "
+            f"{ENTRY_POINT_GROUP!r} are missing); install it with `pip install -e .` from the repository"
+        )
+    for name in BUILTIN_PLUGINS:
+        if not pm.is_blocked(name) and pm.get_plugin(name) is None:
+            _load(pm, found[name])
+    if autoload and not _autoload_disabled():
+        for name, ep in sorted(found.items()):
+            if name in BUILTIN_PLUGINS or pm.is_blocked(name) or pm.get_plugin(name) is not None:
+                continue
+            _load(pm, ep)
+    for plugin in plugins:
+        name = getattr(plugin, "name", None) or getattr(plugin, "__name__", None) or repr(plugin)
+        if pm.is_blocked(str(name)) or pm.get_plugin(str(name)) is not None:
+            continue
+        pm.register(plugin, name=str(name))
+    pm.check_pending()
+    if os.environ.get(TRACE_ENV):
+        enable_trace(pm)
+    return pm
+
+
+def _registered(registry: Any) -> set[str]:
+    """Everything a registry holds, as ``"kind name"`` strings (for the trace)."""
+    what = getattr(registry, "what", "object")
+    names = {f"{what} {name}" for name in getattr(registry, "providers", {})}
+    names |= {f"preset {name}" for name in getattr(registry, "presets", {})}
+    names |= {f"view layout {name}" for name in getattr(registry, "view_layouts", {})}
+    return names
+
+
+def enable_trace(pm: pluggy.PluginManager, stream: Any = None) -> None:
+    """Print every hook call to ``stream`` (stderr by default): the plugin called, what it
+    registered, how long it took, or what it raised. Calls of plugins that do not implement the
+    hook are not shown.
+    """
+    if getattr(pm, "_kvrules_traced", False):  # --trace together with KVRULES_TRACE=1
+        return
+    setattr(pm, "_kvrules_traced", True)  # noqa: B010
+    out = stream or sys.stderr
+    started: list[tuple[float, set[str]]] = []
+
+    def describe(impls: Any) -> str:
+        names = [impl.plugin_name for impl in impls]
+        if isinstance(pm, KVRulesPluginManager):
+            names = [pm.describe(name) for name in names]
+        return ", ".join(names)
+
+    def before(hook_name: str, impls: Any, kwargs: Any) -> None:
+        started.append((time.perf_counter(), _registered(kwargs.get("registry"))))
+        if impls:
+            args = ", ".join(kwargs)
+            print(f"kvrules trace: {hook_name}({args}) -> {describe(impls)}", file=out)
+
+    def after(outcome: Any, hook_name: str, impls: Any, kwargs: Any) -> None:
+        start, known = started.pop()
+        if not impls:
+            return
+        took = f"{(time.perf_counter() - start) * 1000:.2f} ms"
+        error = outcome.exception
+        if error is not None:
+            print(f"kvrules trace:   raised {type(error).__name__}: {error} ({took})", file=out)
+            return
+        added = sorted(_registered(kwargs.get("registry")) - known)
+        print(f"kvrules trace:   registered {', '.join(added) or 'nothing'} ({took})", file=out)
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+def collect_registries(pm: KVRulesPluginManager) -> Registries:
+    """Call every registration hook plugin by plugin, recording each object's provider."""
+    registries = Registries()
+    plugins = pm.list_name_plugin()
+    for hook_name, attr in REGISTRATION_HOOKS:
+        registry = getattr(registries, attr)
+        for name, plugin in plugins:
+            others = [p for n, p in plugins if p is not plugin]
+            caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+            registry.provider = pm.describe(name)
+            try:
+                caller(registry=registry)
+            except KVRulesError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"{pm.describe(name)} failed in {hook_name}: {type(exc).__name__}: {exc}"
+                ) from exc
+        registry.provider = "<direct>"
+    return registries
+
+
+_default: KVRulesPluginManager | None = None
+
+
+def default_manager() -> KVRulesPluginManager:
+    """The process-level manager used wherever a caller passes none (``Planner()``,
+    ``spec_from_dict()``, ``allocate()``, ``build_hf_model()``): built on first use with
+    :func:`get_plugin_manager`'s defaults, never at import time, and kept until
+    :func:`set_default_manager` replaces it or :func:`reset_default_manager` drops it."""
+    global _default
+    if _default is None:
+        _default = get_plugin_manager()
+    return _default
+
+
+def set_default_manager(pm: KVRulesPluginManager) -> None:
+    """Make ``pm`` the manager that :func:`default_manager` returns (an application's choice)."""
+    global _default
+    if not isinstance(pm, KVRulesPluginManager):
+        raise PluginError(f"set_default_manager() needs a manager from get_plugin_manager(), got {pm!r}")
+    _default = pm
+
+
+def reset_default_manager() -> None:
+    """Drop the default manager; the next :func:`default_manager` call builds a fresh one."""
+    global _default
+    _default = None
+
+
+def default_plugin_manager() -> KVRulesPluginManager:
+    """Alias of :func:`default_manager` (the 0.1 name)."""
+    return default_manager()
+
+
+def default_registries() -> Registries:
+    """Registries of :func:`default_plugin_manager`."""
+    return default_manager().registries
+
+
+__all__ = [
+    "default_manager",
+    "reset_default_manager",
+    "set_default_manager",
+    "AUTOLOAD_ENV",
+    "BUILTIN_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "KVRulesPluginManager",
+    "REGISTRATION_HOOKS",
+    "TRACE_ENV",
+    "collect_registries",
+    "default_plugin_manager",
+    "default_registries",
+    "enable_trace",
+    "get_plugin_manager",
+]

@@ -1,0 +1,99 @@
+"""Strategy sets: which registered rules are active, chosen by preset name or rule names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kvrules.errors import PluginError
+from kvrules.plugin.registry import RuleRegistry
+from kvrules.plugin.rules import RULE_KINDS, Rule
+
+DEFAULT_SET = "default"
+
+StrategySpec = str | Sequence[str] | None
+
+
+@dataclass(frozen=True)
+class StrategySet:
+    """The active rules of each kind, in the order the core asks them."""
+
+    name: str
+    active: Mapping[str, tuple[Rule, ...]]
+
+    def rules(self, kind: str) -> tuple[Rule, ...]:
+        """Active rules of ``kind`` in ``(-priority, name)`` order."""
+        return self.active.get(kind, ())
+
+    def names(self) -> list[str]:
+        """Names of every active rule, kind by kind."""
+        return [r.name for kind in RULE_KINDS for r in self.rules(kind)]
+
+
+def _available(registry: RuleRegistry) -> str:
+    presets = sorted({DEFAULT_SET, *registry.presets})
+    return f"presets: {', '.join(presets)}; rules: {', '.join(sorted(registry.rules))}"
+
+
+def _by_kind(rules: list[Rule]) -> dict[str, tuple[Rule, ...]]:
+    return {
+        kind: tuple(sorted((r for r in rules if r.kind == kind), key=lambda r: r.sort_key))
+        for kind in RULE_KINDS
+    }
+
+
+def _lookup(registry: RuleRegistry, names: Sequence[str], where: str) -> list[Rule]:
+    rules = []
+    for name in names:
+        rule = registry.rules.get(name)
+        if rule is None:
+            raise PluginError(f"unknown rule {name!r} in {where}; available {_available(registry)}")
+        rules.append(rule)
+    return rules
+
+
+def preset_rules(registry: RuleRegistry, preset: str) -> list[Rule]:
+    """The rules a preset activates (``default``: every rule whose ``default`` flag is set)."""
+    if preset == DEFAULT_SET:
+        return [r for r in registry.rules.values() if r.default]
+    if preset not in registry.presets:
+        raise PluginError(f"unknown strategy set {preset!r}; available {_available(registry)}")
+    return _lookup(registry, registry.presets[preset], f"preset {preset!r}")
+
+
+def is_preset(registry: RuleRegistry, name: str) -> bool:
+    """True when ``name`` names a preset rather than a rule."""
+    return name == DEFAULT_SET or name in registry.presets
+
+
+def resolve_strategies(strategies: StrategySpec, registry: RuleRegistry) -> StrategySet:
+    """Resolve ``None`` (default set), a preset name, or a list of rule names.
+
+    A list replaces the active rules only of the kinds it names; when its first element is a
+    preset name, it starts from that preset instead of the default set.
+    """
+    if strategies is None:
+        return StrategySet(DEFAULT_SET, _by_kind(preset_rules(registry, DEFAULT_SET)))
+    if isinstance(strategies, str):
+        if not is_preset(registry, strategies):
+            if strategies in registry.rules:
+                return resolve_strategies([strategies], registry)
+            raise PluginError(f"unknown strategy set {strategies!r}; available {_available(registry)}")
+        return StrategySet(strategies, _by_kind(preset_rules(registry, strategies)))
+    names = list(strategies)
+    base = DEFAULT_SET
+    if names and is_preset(registry, names[0]):
+        base = names.pop(0)
+    for name in names:
+        if is_preset(registry, name):
+            raise PluginError(f"preset {name!r} may only come first in a strategy list")
+    active = _by_kind(preset_rules(registry, base))
+    chosen = _lookup(registry, names, "the strategy list")
+    for kind, rules in _by_kind(chosen).items():
+        if rules:
+            active[kind] = rules
+    label = base if not names else f"{base}+{','.join(names)}"
+    return StrategySet(label, active)
+
+
+__all__ = ["DEFAULT_SET", "StrategySet", "StrategySpec", "is_preset", "preset_rules", "resolve_strategies"]

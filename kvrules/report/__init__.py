@@ -1,0 +1,1 @@
+"""Human-readable reports of a plan: text tables, the short summary, the layout picture."""
