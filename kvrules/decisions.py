@@ -1,20 +1,23 @@
 """Decision records: every rule asked, what it answered and why (architecture §4).
 
 Decisions are data first: the same frozen :class:`Decision` objects are returned in the plan
-and emitted through structlog as ``kvrules.decision`` events (debug level, keys flat in the
-event dict). Per-decision events are emitted only when the application configured structlog
-(``structlog.is_configured()``), so an unconfigured application's terminal is not flooded.
+and emitted through :mod:`kvrules.logs` as ``kvrules.decision`` events (debug level, keys flat
+in the event dict): through structlog when the application configured it, else to the stdlib
+logger ``kvrules``. They are emitted only when someone listens at debug level (structlog
+configured and passing debug, or ``logging.getLogger("kvrules")`` enabled for DEBUG); otherwise
+the library stays silent and the per-event cost is one ``is None`` test. A :class:`DecisionLog`
+decides once, when it is made (once per plan), so a plan with 100,000 layers does not ask again
+per decision.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
-log = structlog.get_logger("kvrules")
+from kvrules import logs
 
 STAGES = ("merge", "convert", "route", "unify", "group", "layout", "capacity", "allocate", "arch", "align")
 OUTCOMES = ("applied", "declined", "failed")
@@ -76,16 +79,16 @@ class DecisionLog:
 
     def __init__(self) -> None:
         self.items: list[Decision] = []
-        # bind once: a concrete logger from the application's current configuration (calling the
-        # lazy module-level proxy would rebuild it for every decision)
-        self._log = log.bind() if structlog.is_configured() else None
+        # decide once per log where (and whether) decisions go: asking per decision would rebuild a
+        # structlog logger, or re-check the stdlib level, 100,000 times in a large plan
+        self._emit = logs.emitter(logging.DEBUG)
 
     def add(self, decision: Decision) -> Decision:
-        """Append ``decision`` (and log it when structlog is configured)."""
+        """Append ``decision`` (and emit it as a ``kvrules.decision`` event when someone listens)."""
         self.items.append(decision)
-        if self._log is not None:
+        if self._emit is not None:
             d = decision
-            self._log.debug(
+            self._emit(
                 "kvrules.decision",
                 stage=d.stage,
                 rule=d.rule,

@@ -82,7 +82,6 @@ def test_unconfigured_structlog_is_not_flooded() -> None:
         "print('DECISIONS', len(p.decisions))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 2, lines  # the one plan.finished summary, then our print
-    assert "kvrules.plan.finished" in lines[0]
-    assert int(lines[1].split()[1]) > 200  # the decisions are still returned as data
+    assert out.stderr == ""
+    [line] = out.stdout.splitlines()  # our own print only: kvrules writes nothing by itself
+    assert line.startswith("DECISIONS ") and int(line.split()[1]) > 200  # decisions are still data
