@@ -12,25 +12,11 @@ from kvrules.specs.attention import (
     SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
-from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, round_up
+from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, merged_spec, round_up
+from kvrules.specs.builtin import BUILTIN_SPEC_TYPES
 from kvrules.specs.io import spec_from_dict, spec_to_dict
 from kvrules.specs.mamba import MambaSpec
 from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-
-#: every built-in spec class (registered by the built-in plugin ``spec-types``)
-BUILTIN_SPEC_TYPES: tuple[type[KVCacheSpec], ...] = (
-    FullAttentionSpec,
-    SlidingWindowSpec,
-    ChunkedLocalAttentionSpec,
-    MLAAttentionSpec,
-    SlidingWindowMLASpec,
-    HiddenStateCacheSpec,
-    MambaSpec,
-    CrossAttentionSpec,
-    EncoderOnlyAttentionSpec,
-    SinkFullAttentionSpec,
-    UniformTypeKVCacheSpecs,
-)
 
 __all__ = [
     "BUILTIN_SPEC_TYPES",
@@ -49,6 +35,7 @@ __all__ = [
     "SlidingWindowSpec",
     "UniformTypeKVCacheSpecs",
     "cdiv",
+    "merged_spec",
     "round_up",
     "spec_from_dict",
     "spec_to_dict",

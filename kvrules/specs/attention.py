@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from kvrules.dtypes import dtype_name, dtype_size
 from kvrules.errors import SpecError
@@ -43,6 +43,7 @@ class AttentionSpec(KVCacheSpec):
     page_size_padded: int | None = None
     indexes_kv_by_block_stride: bool = False
 
+    page_format: ClassVar[str] = "kv"
     default_head_size_v_is_head_size: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -119,12 +120,47 @@ class AttentionSpec(KVCacheSpec):
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         return cdiv(self._full_attention_tokens(config), self.block_size) * self.page_size_bytes
 
+    def _stored_as_full(
+        self,
+        block_size: int | None,
+        *,
+        sliding_window: int | None = None,
+        attention_chunk_size: int | None = None,
+    ) -> FullAttentionSpec:
+        """This layer as full attention at ``block_size`` (default: its own), padding scaled with
+        the block; ``sliding_window`` / ``attention_chunk_size`` are kept as hints."""
+        block = self.block_size if block_size is None else block_size
+        padded = self.page_size_padded
+        if padded is not None and block != self.block_size:
+            padded = padded * block // self.block_size
+        return FullAttentionSpec(
+            block,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            head_size_v=self.head_size_v,
+            dtype=self.dtype,
+            kv_quant_mode=self.kv_quant_mode,
+            page_size_padded=padded,
+            indexes_kv_by_block_stride=self.indexes_kv_by_block_stride,
+            sliding_window=sliding_window,
+            attention_chunk_size=attention_chunk_size,
+        )
+
+    def unification_hint(self, target: int) -> str:
+        """Attention pages may be padded when the backend reads them by block stride."""
+        return (
+            "set indexes_kv_by_block_stride=true if this layer's attention backend reads KV pages by "
+            f"block stride (then the page is padded), or choose block sizes so that {target} is a "
+            f"whole multiple of this layer's page ({self.page_size_bytes} bytes)"
+        )
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class FullAttentionSpec(AttentionSpec):
     """Full (causal) attention: every token of the request stays in the cache."""
 
     type_name: ClassVar[str] = "full_attention"
+    is_full_attention: ClassVar[bool] = True
     mergeable_fields: ClassVar[tuple[str, ...]] = ("sliding_window", "attention_chunk_size")
 
     sliding_window: int | None = None
@@ -161,6 +197,10 @@ class SinkFullAttentionSpec(FullAttentionSpec):
 
 class _MLAMixin:
     """Page formula shared by MLA and sliding-window MLA (one latent vector per token, no x2)."""
+
+    def unification_hint(self, target: int) -> str:
+        """MLA pages are never stride-padded: only block sizes (or a plugin rule) can help."""
+        return KVCacheSpec.unification_hint(cast(KVCacheSpec, self), target)
 
     block_size: int
     num_kv_heads: int
@@ -214,6 +254,7 @@ class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
     """Multi-head latent attention: one latent vector of ``head_size`` per stored token."""
 
     type_name: ClassVar[str] = "mla"
+    page_format: ClassVar[str] = "latent"
     default_head_size_v_is_head_size: ClassVar[bool] = False
 
     cache_dtype_str: str | None = None
@@ -248,6 +289,7 @@ class HiddenStateCacheSpec(MLAAttentionSpec):
     """
 
     type_name: ClassVar[str] = "hidden_state_cache"
+    sized_after_unification: ClassVar[bool] = True
 
     @property
     def token_bytes(self) -> int:
@@ -291,6 +333,11 @@ class SlidingWindowSpec(AttentionSpec):
     def uniform_type_key(self) -> Hashable | None:
         return ("sliding_window", self.sliding_window)
 
+    def full_attention_form(self, block_size: int | None = None) -> FullAttentionSpec:
+        """Full attention with this layer's geometry, the window kept as a hint; a padded page
+        is scaled with the block size."""
+        return self._stored_as_full(block_size, sliding_window=self.sliding_window)
+
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         if config.context_parallel_size != 1:
             raise SpecError(
@@ -307,6 +354,7 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
     """Sliding-window MLA (DeepSeek-V4's SWA and compressor-state caches)."""
 
     type_name: ClassVar[str] = "sliding_window_mla"
+    page_format: ClassVar[str] = "latent"
     default_head_size_v_is_head_size: ClassVar[bool] = False
 
     cache_dtype_str: str | None = None
@@ -335,6 +383,26 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
     def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
         return self.real_page_size_bytes
 
+    def full_attention_form(self, block_size: int | None = None) -> MLAAttentionSpec:
+        """MLA with this layer's latent geometry, the window kept as a hint; a padded page is kept
+        only when the block size stays."""
+        block = self.block_size if block_size is None else block_size
+        return MLAAttentionSpec(
+            block,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            head_size_v=self.head_size_v,
+            dtype=self.dtype,
+            kv_quant_mode=self.kv_quant_mode,
+            page_size_padded=self.page_size_padded if block == self.block_size else None,
+            indexes_kv_by_block_stride=self.indexes_kv_by_block_stride,
+            sliding_window=self.sliding_window,
+            cache_dtype_str=self.cache_dtype_str,
+            alignment=self.alignment,
+            compress_ratio=self.compress_ratio,
+            model_version=self.model_version,
+        )
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ChunkedLocalAttentionSpec(AttentionSpec):
@@ -349,6 +417,11 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
 
     def uniform_type_key(self) -> Hashable | None:
         return ("chunked_local", self.attention_chunk_size)
+
+    def full_attention_form(self, block_size: int | None = None) -> FullAttentionSpec:
+        """Full attention with this layer's geometry, the chunk kept as a hint; a padded page is
+        scaled with the block size."""
+        return self._stored_as_full(block_size, attention_chunk_size=self.attention_chunk_size)
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         tokens = min(self.attention_chunk_size + config.max_num_batched_tokens, config.max_model_len)

@@ -8,14 +8,16 @@ Contract for every spec type (built-in or third-party):
 * ``page_scales_with_block_size`` says whether multiplying ``block_size`` multiplies the page;
 * ``uniform_type_key()`` returns the "same token slots" key: layers whose keys are equal (and not
   ``None``) and whose block sizes are equal may share one uniform-type group;
-* ``merge(specs)`` returns one spec standing for several layers, or raises ``ValueError``;
+* ``merge(specs)`` returns one spec standing for several layers, or raises ``ValueError``
+  (:func:`merged_spec` asks it about a mapping of layers);
 * ``max_memory_usage_bytes(config)`` is the bytes one request of ``config.max_model_len`` needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
@@ -117,6 +119,20 @@ class KVCacheSpec:
     page_scales_with_block_size: ClassVar[bool] = True
     #: fields that :meth:`merge` may combine although they differ (at most one non-None value)
     mergeable_fields: ClassVar[tuple[str, ...]] = ()
+    #: True for a group spec whose layers keep specs of their own (one tensor per layer) rather
+    #: than sharing one page size in a pool (:class:`~kvrules.UniformTypeKVCacheSpecs`)
+    has_members: ClassVar[bool] = False
+    #: True for a spec kept out of page unification and re-sized to the common page afterwards
+    #: with :meth:`aligned_to` (vLLM 0.28's hidden-state cache)
+    sized_after_unification: ClassVar[bool] = False
+    #: what one page holds, for code that reads pages (view layouts, converters): ``"kv"`` K and V
+    #: per token and head, ``"latent"`` one latent vector per stored token (MLA), both with the
+    #: fields of :class:`~kvrules.AttentionSpec`; ``"state"`` recurrent state tensors back to back
+    #: (the ``shapes``, ``dtypes`` and ``state_bytes`` of :class:`~kvrules.MambaSpec`); ``""``
+    #: anything else (group specs, a third-party type that does not say)
+    page_format: ClassVar[str] = ""
+    #: True for full (causal) attention, MLA included: every token of a request stays cached
+    is_full_attention: ClassVar[bool] = False
 
     block_size: int
 
@@ -203,6 +219,57 @@ class KVCacheSpec:
             return first
         return first.evolve(**merged)
 
+    # -- as a group's spec ---------------------------------------------------------------
+    def members(self, layer_names: Iterable[str]) -> dict[str, KVCacheSpec]:
+        """Each of ``layer_names``' own spec when this spec describes their group (here: itself)."""
+        return dict.fromkeys(layer_names, self)
+
+    @property
+    def member_specs(self) -> Mapping[str, KVCacheSpec]:
+        """Every member's own spec by layer name, for a group spec with members (else empty)."""
+        return {}
+
+    def restricted_to(self, layer_names: Sequence[str]) -> KVCacheSpec:
+        """This group spec for a group holding only ``layer_names`` (a worker's share)."""
+        return self
+
+    def aligned_to(self, common_page: int, group_block_size: int) -> KVCacheSpec:
+        """This spec re-sized to follow the other groups' ``common_page`` and block size (only
+        specs with :attr:`sized_after_unification` implement it)."""
+        raise NotImplementedError(f"{type(self).__name__} is not sized after unification")
+
+    def blocks_per_request(self, config: EngineConfig) -> int:
+        """Blocks of its group one request of ``config.max_model_len`` tokens needs."""
+        return cdiv(self.max_memory_usage_bytes(config), self.page_size_bytes)
+
+    @property
+    def is_attention(self) -> bool:
+        """True for an attention layer (:attr:`page_format` ``"kv"`` or ``"latent"``): the spec has
+        the fields of :class:`~kvrules.AttentionSpec` (heads, head sizes, dtype, quant mode)."""
+        return self.page_format in ("kv", "latent")
+
+    def full_attention_form(self, block_size: int | None = None) -> KVCacheSpec | None:
+        """For a local-attention layer (sliding window, chunked local): the spec it has when stored
+        as full attention, at ``block_size`` (default: its own); ``None`` for every other spec.
+
+        Used where local layers must share full attention's token slots (the hybrid KV-cache
+        manager disabled, vLLM's full-allocation fallback); the window or chunk is kept as a hint.
+        """
+        return None
+
+    @property
+    def label(self) -> str:
+        """A short name for reports: the type name (uniform-type groups list their members' types)."""
+        return self.type_name
+
+    def unification_hint(self, target: int) -> str:
+        """What would let page unification bring this layer's page to ``target`` bytes."""
+        return (
+            f"choose block sizes so that the largest page ({target} bytes) is a whole multiple of this "
+            f"layer's page ({self.page_size_bytes} bytes), or add a strategy plugin that handles "
+            f"{self.type_name!r} layers"
+        )
+
     # -- presentation ---------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         """The small dict used in decision records (``before`` / ``after``)."""
@@ -215,6 +282,52 @@ class KVCacheSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Model-file form: ``type`` plus every field that differs from its default."""
-        from kvrules.specs.io import spec_to_dict
-
         return spec_to_dict(self)
+
+
+def merged_spec(specs: Mapping[str, KVCacheSpec]) -> KVCacheSpec | None:
+    """The one spec standing for all of ``specs`` (:meth:`KVCacheSpec.merge` of the first
+    layer's type), or ``None`` when there are none or they do not merge."""
+    values = list(specs.values())
+    if not values:
+        return None
+    try:
+        return type(values[0]).merge(values)
+    except ValueError:
+        return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, KVCacheSpec):
+        return spec_to_dict(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _is_default(spec: KVCacheSpec, field: dataclasses.Field[Any]) -> bool:
+    value = getattr(spec, field.name)
+    if field.name == "head_size_v":
+        default_v = spec.head_size if getattr(spec, "default_head_size_v_is_head_size", True) else 0  # type: ignore[attr-defined]
+        return bool(value == default_v)
+    if field.name == "page_size_padded" and getattr(spec, "alignment", None) is not None:
+        # derived from ``alignment``: written only when it pads beyond the alignment
+        rebuilt = spec.evolve(page_size_padded=None)
+        return bool(rebuilt.page_size_bytes == spec.page_size_bytes)
+    if field.default is not dataclasses.MISSING:
+        return bool(value == field.default)
+    return False
+
+
+def spec_to_dict(spec: KVCacheSpec) -> dict[str, Any]:
+    """``{"type": ..., **fields}`` with JSON values; fields at their default are left out."""
+    out: dict[str, Any] = {"type": spec.type_name}
+    for field in dataclasses.fields(spec):
+        if _is_default(spec, field):
+            continue
+        out[field.name] = _plain(getattr(spec, field.name))
+    return out

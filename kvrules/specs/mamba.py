@@ -27,6 +27,7 @@ class MambaSpec(KVCacheSpec):
     """
 
     type_name: ClassVar[str] = "mamba"
+    page_format: ClassVar[str] = "state"
     page_scales_with_block_size: ClassVar[bool] = False
 
     shapes: tuple[tuple[int, ...], ...]

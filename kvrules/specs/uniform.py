@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -26,6 +26,8 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
     type_name: ClassVar[str] = "uniform_type"
     #: the page is the sum of the members' pages; the group's block_size does not resize them
     page_scales_with_block_size: ClassVar[bool] = False
+
+    has_members: ClassVar[bool] = True
 
     kv_cache_specs: Mapping[str, KVCacheSpec]
 
@@ -69,6 +71,28 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         return max(
             cdiv(s.max_memory_usage_bytes(config), s.page_size_bytes) for s in self.kv_cache_specs.values()
         )
+
+    def members(self, layer_names: Iterable[str]) -> dict[str, KVCacheSpec]:
+        """The members' own specs, for ``layer_names`` (each must be a member)."""
+        specs = self.kv_cache_specs
+        return {name: specs[name] for name in layer_names}
+
+    @property
+    def member_specs(self) -> Mapping[str, KVCacheSpec]:
+        """The members' specs (``kv_cache_specs``)."""
+        return self.kv_cache_specs
+
+    def restricted_to(self, layer_names: Sequence[str]) -> KVCacheSpec:
+        """Only the members in ``layer_names`` (itself when that is every member, or none)."""
+        if not layer_names or len(layer_names) == len(self.kv_cache_specs):
+            return self
+        return UniformTypeKVCacheSpecs(self.block_size, self.members(layer_names))
+
+    @property
+    def label(self) -> str:
+        """``uniform_type[a,b]``: the members' type names, sorted."""
+        kinds = sorted({m.type_name for m in self.kv_cache_specs.values()})
+        return f"uniform_type[{','.join(kinds)}]"
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         return self.blocks_per_request(config) * self.page_size_bytes
