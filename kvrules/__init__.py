@@ -19,6 +19,7 @@ from kvrules.errors import (
     SpecError,
     UnificationError,
 )
+from kvrules.model import spec_from_dict
 from kvrules.pipeline import Planner, plan
 from kvrules.plan import KVCacheGroup, KVCacheTensor, Plan, UnifyResult, WorkerPlan
 from kvrules.plugin import BUILTIN_PLUGINS, default_manager, get_plugin_manager, hookimpl
@@ -37,7 +38,6 @@ from kvrules.specs import (
     SlidingWindowMLASpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
-    spec_from_dict,
     spec_to_dict,
 )
 

@@ -6,7 +6,26 @@ spec types, allocators and view layouts, architectures. Specs, errors, :class:`~
 and the plan types come from :mod:`kvrules` itself.
 """
 
-from kvrules.plugin.context import PlanContext
+from kvrules.dtypes import dtype_name, dtype_size, to_torch
+from kvrules.plugin.allocator import AllocationRequest, Allocator, LayoutChoice, Placement, ViewLayout
+from kvrules.plugin.architecture import Architecture
+from kvrules.plugin.context import AlignContext, PlanContext
+from kvrules.plugin.grouping import (
+    Candidate,
+    GroupingCost,
+    Pool,
+    acceptable,
+    alternatives,
+    buckets_by_spec,
+    grouping_cost,
+    ratio,
+    search,
+    shared_pool_blocker,
+    split_bucket,
+    split_buckets,
+    vllm_group_size,
+    vllm_grouping,
+)
 from kvrules.plugin.hookspecs import hookimpl
 from kvrules.plugin.manager import (
     BUILTIN_PLUGINS,
@@ -42,8 +61,41 @@ from kvrules.plugin.rules import (
     applies,
     declines,
 )
+from kvrules.specs import BUILTIN_SPEC_TYPES
+from kvrules.specs.attention import quantized_head_dim
+from kvrules.specs.base import cdiv, merged_spec, round_up
 
 __all__ = [
+    # helpers a rule shares: spec types and merging, grouping comparison (kvrules.plugin.grouping)
+    "BUILTIN_SPEC_TYPES",
+    "Candidate",
+    "GroupingCost",
+    "Pool",
+    "acceptable",
+    "alternatives",
+    "buckets_by_spec",
+    "grouping_cost",
+    "merged_spec",
+    "quantized_head_dim",
+    "ratio",
+    "search",
+    "shared_pool_blocker",
+    "split_bucket",
+    "split_buckets",
+    "vllm_group_size",
+    "vllm_grouping",
+    "dtype_name",
+    "dtype_size",
+    "to_torch",
+    "AlignContext",
+    "AllocationRequest",
+    "Allocator",
+    "Architecture",
+    "LayoutChoice",
+    "Placement",
+    "ViewLayout",
+    "cdiv",
+    "round_up",
     "BUILTIN_PLUGINS",
     "DEFAULT_SET",
     "NAME_PATTERN",

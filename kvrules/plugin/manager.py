@@ -16,11 +16,11 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import pluggy
-import structlog
 
-from kvrules.errors import KVRulesError, PluginError
+from kvrules import logs
+from kvrules.errors import PluginError
 from kvrules.plugin import hookspecs
-from kvrules.plugin.registry import Registries
+from kvrules.plugin.registry import IN_PROCESS, Registries
 
 ENTRY_POINT_GROUP = "kvrules.plugins"
 AUTOLOAD_ENV = "KVRULES_DISABLE_PLUGIN_AUTOLOAD"
@@ -36,6 +36,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "layouts",
     "torch-allocator",
     "beyond-vllm",
+    "draft-align",
     "architectures",
     "align",
 )
@@ -46,8 +47,6 @@ REGISTRATION_HOOKS: tuple[tuple[str, str], ...] = (
     ("kvrules_register_allocators", "allocators"),
     ("kvrules_register_architectures", "architectures"),
 )
-
-log = structlog.get_logger("kvrules")
 
 
 class KVRulesPluginManager(pluggy.PluginManager):
@@ -60,9 +59,9 @@ class KVRulesPluginManager(pluggy.PluginManager):
         self._registries: Registries | None = None
 
     def describe(self, name: str) -> str:
-        """``plugin 'name' (dist version)`` for error messages."""
-        dist = self.distinfo.get(name)
-        return f"plugin {name!r}" + (f" ({dist})" if dist else "")
+        """``plugin 'name' (dist version)``, or ``plugin 'name' (registered in-process)`` for a
+        plugin object registered by code rather than loaded from a distribution's entry point."""
+        return f"plugin {name!r} ({self.distinfo.get(name) or IN_PROCESS})"
 
     @property
     def registries(self) -> Registries:
@@ -72,14 +71,33 @@ class KVRulesPluginManager(pluggy.PluginManager):
         return self._registries
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
-        """Register ``plugin`` (see pluggy); the registries are collected afresh on next use."""
+        """Register ``plugin`` (see pluggy); the registries are collected afresh on next use.
+
+        :raises PluginError: ``plugin`` implements a hook kvrules does not have (a misspelling),
+            or implements one with the wrong arguments; the message lists the valid hooks.
+        """
         self._registries = None
-        return super().register(plugin, name)
+        label = name or getattr(plugin, "__name__", None) or repr(plugin)
+        try:
+            result = super().register(plugin, name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"{self.describe(label)}: {exc}; {_valid_hooks()}") from exc
+        try:
+            self.check_pending()
+        except pluggy.PluginValidationError as exc:
+            super().unregister(plugin)
+            raise PluginError(f"{self.describe(label)}: {exc}; {_valid_hooks()}") from exc
+        return result
 
     def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
         """Unregister ``plugin`` or ``name`` (see pluggy); the registries are collected afresh."""
         self._registries = None
         return super().unregister(plugin, name)
+
+
+def _valid_hooks() -> str:
+    hooks = [n for n in vars(hookspecs) if n.startswith("kvrules_")]
+    return f"the hooks a kvrules plugin may implement are {', '.join(sorted(hooks))}"
 
 
 def _autoload_disabled() -> bool:
@@ -95,8 +113,7 @@ def _load(pm: KVRulesPluginManager, ep: EntryPoint) -> None:
     if dist is not None:
         pm.distinfo[ep.name] = f"{dist.metadata['Name']} {dist.version}"
     pm.register(plugin, name=ep.name)
-    if structlog.is_configured():
-        log.debug("kvrules.plugin.loaded", plugin=ep.name, distribution=pm.distinfo.get(ep.name))
+    logs.debug("kvrules.plugin.loaded", plugin=ep.name, distribution=pm.distinfo.get(ep.name))
 
 
 def get_plugin_manager(
@@ -189,7 +206,12 @@ def enable_trace(pm: pluggy.PluginManager, stream: Any = None) -> None:
 
 
 def collect_registries(pm: KVRulesPluginManager) -> Registries:
-    """Call every registration hook plugin by plugin, recording each object's provider."""
+    """Call every registration hook plugin by plugin, recording each object's provider.
+
+    A registration hook is handed no input, so anything it raises (a ``SpecError`` from a spec it
+    builds, too) is a :class:`PluginError` naming the plugin; after each plugin's hook the objects
+    it registered are validated again (:meth:`~kvrules.plugin.registry.Registry.recheck`).
+    """
     registries = Registries()
     plugins = pm.list_name_plugin()
     for hook_name, attr in REGISTRATION_HOOKS:
@@ -200,13 +222,17 @@ def collect_registries(pm: KVRulesPluginManager) -> Registries:
             registry.provider = pm.describe(name)
             try:
                 caller(registry=registry)
-            except KVRulesError:
-                raise
-            except Exception as exc:
+                registry.recheck()
+            except PluginError as exc:
+                who = pm.describe(name)
+                if who in str(exc) or str(exc).startswith(f"plugin {name!r}"):
+                    raise
+                raise PluginError(f"{who} failed in {hook_name}: {exc}") from exc
+            except Exception as exc:  # a registration hook has no input: any error is the plugin's
                 raise PluginError(
                     f"{pm.describe(name)} failed in {hook_name}: {type(exc).__name__}: {exc}"
                 ) from exc
-        registry.provider = "<direct>"
+        registry.provider = IN_PROCESS
     return registries
 
 
@@ -238,16 +264,6 @@ def reset_default_manager() -> None:
     _default = None
 
 
-def default_plugin_manager() -> KVRulesPluginManager:
-    """Alias of :func:`default_manager` (the 0.1 name)."""
-    return default_manager()
-
-
-def default_registries() -> Registries:
-    """Registries of :func:`default_plugin_manager`."""
-    return default_manager().registries
-
-
 __all__ = [
     "default_manager",
     "reset_default_manager",
@@ -259,8 +275,6 @@ __all__ = [
     "REGISTRATION_HOOKS",
     "TRACE_ENV",
     "collect_registries",
-    "default_plugin_manager",
-    "default_registries",
     "enable_trace",
     "get_plugin_manager",
 ]

@@ -11,6 +11,29 @@ from kvrules.plugin.rules import RULE_KINDS, Rule
 
 DEFAULT_SET = "default"
 
+#: the presets that ship with kvrules, by name: the rules each activates (rules of several
+#: built-in plugins; a preset naming a rule whose plugin is blocked fails when it is chosen)
+BUILTIN_PRESETS: dict[str, tuple[str, ...]] = {
+    # vLLM 0.28.0's planner, rule for rule
+    "vllm": (
+        "hybrid-disabled",
+        "attention-free",
+        "uniform-spec",
+        "uniform-type",
+        "deepseekv4-packing",
+        "unified-page",
+        "full-allocation-fallback",
+        "mamba-pad",
+        "block-scale",
+        "stride-pad",
+        "vllm-group-size",
+        "shared-pool",
+        "per-layer",
+        "packed",
+        "hybrid-align",
+    ),
+}
+
 StrategySpec = str | Sequence[str] | None
 
 
@@ -30,8 +53,13 @@ class StrategySet:
         return [r.name for kind in RULE_KINDS for r in self.rules(kind)]
 
 
+def presets_of(registry: RuleRegistry) -> dict[str, tuple[str, ...]]:
+    """Every preset by name: the built-in ones, then those plugins registered."""
+    return {**BUILTIN_PRESETS, **registry.presets}
+
+
 def _available(registry: RuleRegistry) -> str:
-    presets = sorted({DEFAULT_SET, *registry.presets})
+    presets = sorted({DEFAULT_SET, *presets_of(registry)})
     return f"presets: {', '.join(presets)}; rules: {', '.join(sorted(registry.rules))}"
 
 
@@ -56,14 +84,15 @@ def preset_rules(registry: RuleRegistry, preset: str) -> list[Rule]:
     """The rules a preset activates (``default``: every rule whose ``default`` flag is set)."""
     if preset == DEFAULT_SET:
         return [r for r in registry.rules.values() if r.default]
-    if preset not in registry.presets:
+    presets = presets_of(registry)
+    if preset not in presets:
         raise PluginError(f"unknown strategy set {preset!r}; available {_available(registry)}")
-    return _lookup(registry, registry.presets[preset], f"preset {preset!r}")
+    return _lookup(registry, presets[preset], f"preset {preset!r}")
 
 
 def is_preset(registry: RuleRegistry, name: str) -> bool:
     """True when ``name`` names a preset rather than a rule."""
-    return name == DEFAULT_SET or name in registry.presets
+    return name == DEFAULT_SET or name in presets_of(registry)
 
 
 def resolve_strategies(strategies: StrategySpec, registry: RuleRegistry) -> StrategySet:
@@ -96,4 +125,13 @@ def resolve_strategies(strategies: StrategySpec, registry: RuleRegistry) -> Stra
     return StrategySet(label, active)
 
 
-__all__ = ["DEFAULT_SET", "StrategySet", "StrategySpec", "is_preset", "preset_rules", "resolve_strategies"]
+__all__ = [
+    "BUILTIN_PRESETS",
+    "presets_of",
+    "DEFAULT_SET",
+    "StrategySet",
+    "StrategySpec",
+    "is_preset",
+    "preset_rules",
+    "resolve_strategies",
+]

@@ -1,88 +1,177 @@
 """Registries that plugins fill through the ``kvrules_register_*`` hooks.
 
-Each registry remembers which plugin provided each object (``providers``), rejects duplicate
-names naming both providers, and hands objects out in the core's order ``(-priority, name)``.
+One generic :class:`Registry` does the bookkeeping for every kind: it validates what it is given
+once (its base class, a valid ``name``, an integer ``priority``), attributes every object to the
+plugin that registered it (``providers``; the module it was defined in, for blame), rejects a
+duplicate name naming both providers, and hands objects out in the core's order
+``(-priority, name)``. The per-kind registries below only add what their kind needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kvrules.errors import PluginError
-from kvrules.plugin.rules import NAME_PATTERN, RULE_KINDS, Rule
+from kvrules.plugin.allocator import Allocator, ViewLayout
+from kvrules.plugin.architecture import Architecture
+from kvrules.plugin.rules import (
+    NAME_PATTERN,
+    RULE_KINDS,
+    NamedPlugin,
+    Rule,
+    name_problem,
+    priority_problem,
+)
 from kvrules.specs.base import KVCacheSpec
 
+T = TypeVar("T")
 
-class _Registry:
-    """Shared bookkeeping: the plugin currently registering, and who provided what."""
+#: preset names plugins may not register (kvrules' own)
+RESERVED_PRESETS = ("default", "vllm")
 
-    what = "object"
+#: how an object added outside any plugin's hook (directly, in-process) is attributed
+IN_PROCESS = "registered in-process"
 
-    def __init__(self) -> None:
-        self.provider = "<direct>"
+
+def _module_of(obj: Any) -> str:
+    return str(obj.__module__ if isinstance(obj, type) else type(obj).__module__)
+
+
+class Registry(Generic[T]):
+    """Named objects of one kind (see the module docstring).
+
+    :param what: the kind's name in messages (``"rule"``, ``"allocator"``, ...).
+    :param base: the class every object must derive from (a class object for spec types).
+    :param key: the object's name (``obj.name`` by default).
+    """
+
+    def __init__(self, what: str, base: type, key: Callable[[Any], object] | None = None) -> None:
+        self.what = what
+        self.base = base
+        self._key = key or (lambda obj: getattr(obj, "name", None))
+        #: the plugin whose hook is running (set by the manager while it collects)
+        self.provider = IN_PROCESS
         self.providers: dict[str, str] = {}
+        self.items: dict[str, T] = {}
+        #: module name -> provider of the objects defined there (to blame a plugin's code)
+        self.modules: dict[str, str] = {}
 
-    def _claim(self, name: str) -> None:
-        if name in self.providers:
+    @property
+    def article(self) -> str:
+        """``a`` or ``an``, for :attr:`what` in messages."""
+        return "an" if self.what[0] in "aeiou" else "a"
+
+    def _problem(self, obj: Any) -> str | None:
+        if not isinstance(obj, self.base):
+            name = getattr(obj, "name", None)
+            shown = f"{name!r} ({type(obj).__name__})" if isinstance(name, str) else repr(obj)
+            return f"registered {shown} as {self.article} {self.what}, but it does not derive from kvrules.plugin.{self.base.__name__}"
+        problem = name_problem(self._key(obj)) or priority_problem(getattr(obj, "priority", None))
+        return f"registered {self.what} {obj!r}: {problem}" if problem else None
+
+    def add(self, obj: T) -> None:
+        """Register ``obj`` under its name.
+
+        :raises PluginError: naming the provider, when ``obj`` is of the wrong type, has an
+            invalid name or priority, or its name is taken (naming both providers).
+        """
+        problem = self._problem(obj)
+        name = self._key(obj)
+        if problem is None and (not isinstance(name, str) or not name):
+            problem = f"registered {obj!r} without a name"
+        if problem is not None:
+            raise PluginError(f"{self.provider} {problem}")
+        key = str(name)
+        if key in self.providers:
             raise PluginError(
-                f"{self.what} {name!r} is registered twice: by {self.providers[name]} and by "
+                f"{self.what} {key!r} is registered twice: by {self.providers[key]} and by "
                 f"{self.provider}; block one of them (get_plugin_manager(blocked=...) or --block)"
             )
-        self.providers[name] = self.provider
+        self.providers[key] = self.provider
+        self.items[key] = obj
+        self.modules.setdefault(_module_of(obj), self.provider)
+
+    def recheck(self) -> None:
+        """Validate again every object the running plugin (:attr:`provider`) registered: one it
+        changed after ``add`` (an ``object.__setattr__`` on its frozen name or priority) is
+        refused like an invalid one, before anything sorts or looks it up.
+
+        :raises PluginError: naming the provider and the object.
+        """
+        for key, obj in self.items.items():
+            if self.providers[key] != self.provider:
+                continue
+            problem = self._problem(obj)
+            if problem is None and self._key(obj) != key:
+                problem = f"renamed it to {self._key(obj)!r}"
+            if problem is not None:
+                raise PluginError(
+                    f"{self.provider} changed {self.what} {key!r} after registering it: {problem}"
+                )
+
+    def get(self, name: str) -> T | None:
+        """The object registered as ``name``, or ``None``."""
+        return self.items.get(name)
+
+    def ordered(self) -> list[T]:
+        """Registered objects in ``(-priority, name)`` order."""
+        return sorted(self.items.values(), key=lambda o: (-getattr(o, "priority", 0), str(self._key(o))))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.items
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
-class SpecTypeRegistry(_Registry):
-    """Spec classes by model-file type name."""
-
-    what = "spec type"
+class SpecTypeRegistry(Registry[type[KVCacheSpec]]):
+    """Spec classes by model-file type name (``cls.type_name``)."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.classes: dict[str, type[KVCacheSpec]] = {}
+        super().__init__("spec type", type, key=lambda cls: getattr(cls, "type_name", None))
 
-    def add(self, cls: type[KVCacheSpec]) -> None:
-        """Register ``cls`` under ``cls.type_name``."""
-        if not (isinstance(cls, type) and issubclass(cls, KVCacheSpec)):
-            raise PluginError(f"{self.provider} registered {cls!r}, which is not a KVCacheSpec subclass")
-        name = cls.type_name
-        if not name or not isinstance(name, str):
-            raise PluginError(f"{self.provider}: spec class {cls.__name__} has no type_name")
-        self._claim(name)
-        self.classes[name] = cls
+    def _problem(self, obj: Any) -> str | None:
+        if not (isinstance(obj, type) and issubclass(obj, KVCacheSpec)):
+            return f"registered {obj!r}, which is not a KVCacheSpec subclass"
+        if not obj.type_name or not isinstance(obj.type_name, str):
+            return f"registered spec class {obj.__name__}, which has no type_name"
+        return None
 
-    def name_of(self, cls: type[KVCacheSpec]) -> str:
-        """The registered type name of ``cls``."""
-        return cls.type_name
+    @property
+    def classes(self) -> Mapping[str, type[KVCacheSpec]]:
+        """Type name -> spec class."""
+        return self.items
 
 
-class RuleRegistry(_Registry):
+class RuleRegistry(Registry[Rule]):
     """Rules by name, plus named presets (strategy sets)."""
 
-    what = "rule"
-
     def __init__(self) -> None:
-        super().__init__()
-        self.rules: dict[str, Rule] = {}
+        super().__init__("rule", Rule)
         self.presets: dict[str, tuple[str, ...]] = {}
         self.preset_providers: dict[str, str] = {}
 
-    def add(self, rule: Rule) -> None:
-        """Register one rule object."""
-        if not isinstance(rule, Rule):
-            raise PluginError(
-                f"{self.provider} registered {rule!r}, which does not derive from a rule base in kvrules.plugin.rules"
+    @property
+    def rules(self) -> Mapping[str, Rule]:
+        """Rule name -> rule."""
+        return self.items
+
+    def _problem(self, obj: Any) -> str | None:
+        problem = super()._problem(obj)
+        if problem is None and obj.kind not in RULE_KINDS:
+            problem = (
+                f"registered rule {obj.name!r} of unknown kind {obj.kind!r}; kinds: {', '.join(RULE_KINDS)}"
             )
-        if rule.kind not in RULE_KINDS:
-            raise PluginError(f"{self.provider}: rule {rule.name!r} has unknown kind {rule.kind!r}")
-        self._claim(rule.name)
-        self.rules[rule.name] = rule
+        return problem
 
     def add_preset(self, name: str, rule_names: Iterable[str]) -> None:
         """Register a named strategy set (the rules it activates, by name)."""
-        if not NAME_PATTERN.match(name) or name == "default":
-            raise PluginError(f"{self.provider}: preset name {name!r} is invalid or reserved")
+        if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in RESERVED_PRESETS:
+            raise PluginError(
+                f"{self.provider}: preset name {name!r} is invalid or reserved ({', '.join(RESERVED_PRESETS)})"
+            )
         if name in self.presets:
             raise PluginError(
                 f"preset {name!r} is registered twice: by {self.preset_providers[name]} and by {self.provider}"
@@ -92,85 +181,48 @@ class RuleRegistry(_Registry):
 
     def of_kind(self, kind: str) -> list[Rule]:
         """Every registered rule of ``kind`` in the core's order."""
-        return sorted((r for r in self.rules.values() if r.kind == kind), key=lambda r: r.sort_key)
+        return [r for r in self.ordered() if r.kind == kind]
 
 
-@dataclass(frozen=True)
-class NamedPlugin:
-    """Fields shared by allocators and architectures: a name, a priority, a description."""
-
-    name: str
-    priority: int = 0
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
-            raise PluginError(f"name {self.name!r} is invalid: use lower-case words separated by dashes")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise PluginError(f"{self.name!r}: priority {self.priority!r} must be an integer")
-
-
-class _NamedRegistry(_Registry):
-    def __init__(self) -> None:
-        super().__init__()
-        self.items: dict[str, Any] = {}
-
-    def add(self, obj: Any) -> None:
-        """Register ``obj`` (must have a valid ``name`` and integer ``priority``)."""
-        name = getattr(obj, "name", None)
-        if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise PluginError(f"{self.provider} registered {obj!r} without a valid name")
-        priority = getattr(obj, "priority", None)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise PluginError(f"{self.provider}: {name!r} needs an integer priority")
-        self._claim(name)
-        self.items[name] = obj
-
-    def ordered(self) -> list[Any]:
-        """Registered objects in ``(-priority, name)`` order."""
-        return sorted(self.items.values(), key=lambda o: (-o.priority, o.name))
-
-
-class AllocatorRegistry(_NamedRegistry):
-    """Allocators by name, plus the view layouts they build per-layer tensors with.
-
-    ``add(allocator)`` registers an allocator (a :class:`kvrules.allocation.Allocator`);
-    ``add_view_layout(layout)`` a view layout (a :class:`kvrules.allocation.ViewLayout`). The two
-    kinds have separate name spaces.
-    """
-
-    what = "allocator"
+class AllocatorRegistry(Registry[Allocator]):
+    """Allocators by name (``add``), plus the view layouts they build per-layer tensors with
+    (``add_view_layout``); the two kinds have separate name spaces."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.view_layouts: dict[str, Any] = {}
-        self.view_layout_providers: dict[str, str] = {}
+        super().__init__("allocator", Allocator)
+        self.layouts: Registry[ViewLayout] = Registry("view layout", ViewLayout)
 
-    def add_view_layout(self, layout: Any) -> None:
-        """Register a view layout (must have a valid ``name`` and an integer ``priority``)."""
-        name = getattr(layout, "name", None)
-        if not isinstance(name, str) or not NAME_PATTERN.match(name):
-            raise PluginError(f"{self.provider} registered view layout {layout!r} without a valid name")
-        priority = getattr(layout, "priority", None)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise PluginError(f"{self.provider}: view layout {name!r} needs an integer priority")
-        if name in self.view_layout_providers:
-            raise PluginError(
-                f"view layout {name!r} is registered twice: by {self.view_layout_providers[name]} and "
-                f"by {self.provider}; block one of them (get_plugin_manager(blocked=...) or --block)"
-            )
-        self.view_layout_providers[name] = self.provider
-        self.view_layouts[name] = layout
+    def add_view_layout(self, layout: ViewLayout) -> None:
+        """Register a view layout (a :class:`kvrules.plugin.ViewLayout`)."""
+        self.layouts.provider = self.provider
+        self.layouts.add(layout)
 
-    def ordered_view_layouts(self) -> list[Any]:
+    def recheck(self) -> None:
+        """:meth:`Registry.recheck` for the allocators and the view layouts."""
+        super().recheck()
+        self.layouts.provider = self.provider
+        self.layouts.recheck()
+
+    @property
+    def view_layouts(self) -> Mapping[str, ViewLayout]:
+        """View-layout name -> view layout."""
+        return self.layouts.items
+
+    @property
+    def view_layout_providers(self) -> Mapping[str, str]:
+        """View-layout name -> the plugin that registered it."""
+        return self.layouts.providers
+
+    def ordered_view_layouts(self) -> list[ViewLayout]:
         """Registered view layouts in ``(-priority, name)`` order."""
-        return sorted(self.view_layouts.values(), key=lambda o: (-o.priority, o.name))
+        return self.layouts.ordered()
 
 
-class ArchitectureRegistry(_NamedRegistry):
+class ArchitectureRegistry(Registry[Architecture]):
     """Model architectures by name."""
 
-    what = "architecture"
+    def __init__(self) -> None:
+        super().__init__("architecture", Architecture)
 
 
 @dataclass
@@ -182,12 +234,23 @@ class Registries:
     allocators: AllocatorRegistry = field(default_factory=AllocatorRegistry)
     architectures: ArchitectureRegistry = field(default_factory=ArchitectureRegistry)
 
+    def all(self) -> tuple[Registry[Any], ...]:
+        """Every registry, view layouts included."""
+        return (self.rules, self.spec_types, self.allocators, self.allocators.layouts, self.architectures)
+
     def provider_of(self, name: str) -> str:
-        """Who registered the rule, allocator or architecture ``name``."""
-        for reg in (self.rules, self.allocators, self.architectures, self.spec_types):
+        """Who registered the rule, allocator, architecture, view layout or spec type ``name``."""
+        for reg in self.all():
             if name in reg.providers:
                 return reg.providers[name]
-        return "<unknown>"
+        return IN_PROCESS
+
+    def provider_of_module(self, module: str) -> str | None:
+        """Who registered objects defined in ``module`` (``None``: no registered object is)."""
+        for reg in self.all():
+            if module in reg.modules:
+                return reg.modules[module]
+        return None
 
     def spec_classes(self) -> Mapping[str, type[KVCacheSpec]]:
         """Type name -> spec class."""
@@ -195,10 +258,12 @@ class Registries:
 
 
 __all__ = [
+    "IN_PROCESS",
     "AllocatorRegistry",
     "ArchitectureRegistry",
     "NamedPlugin",
     "Registries",
+    "Registry",
     "RuleRegistry",
     "SpecTypeRegistry",
 ]

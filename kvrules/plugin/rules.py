@@ -20,9 +20,8 @@ from kvrules.errors import PluginError
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
-    from kvrules.hf.align import AlignContext
     from kvrules.plan import KVCacheGroup, KVCacheTensor
-    from kvrules.plugin.context import PlanContext
+    from kvrules.plugin.context import AlignContext, PlanContext
     from kvrules.specs.base import KVCacheSpec
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -46,30 +45,67 @@ def declines(reason: str) -> Check:
     return Check(False, reason)
 
 
+def name_problem(name: object, what: str = "name") -> str | None:
+    """Why ``name`` is not a valid rule or plugin-object name (``None`` when it is)."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        return f"{what} {name!r} is invalid: use lower-case words separated by dashes"
+    return None
+
+
+def priority_problem(priority: object) -> str | None:
+    """Why ``priority`` is not a valid priority (``None`` when it is: any non-bool ``int``)."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        return f"priority {priority!r} must be an integer"
+    return None
+
+
 @dataclass(frozen=True)
-class Rule:
+class NamedPlugin:
+    """Fields every registered object shares: a ``name``, an integer ``priority`` (higher is
+    asked first, ties by name) and a one-line ``description``; validated on construction and
+    again when registered."""
+
+    name: str
+    priority: int = 0
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        problem = name_problem(self.name, f"{self.what} name")
+        if problem:
+            raise PluginError(problem)
+        problem = priority_problem(self.priority)
+        if problem:
+            raise PluginError(f"{self.what} {self.name!r}: {problem}")
+
+    @property
+    def what(self) -> str:
+        """The kind of object, for messages."""
+        return type(self).__name__
+
+    @property
+    def sort_key(self) -> tuple[int, str]:
+        """The order the core asks in: higher priority first, then by name."""
+        return (-self.priority, self.name)
+
+
+@dataclass(frozen=True)
+class Rule(NamedPlugin):
     """Base of every rule kind (see the module docstring)."""
 
     kind: ClassVar[str] = ""
     stage: ClassVar[str] = ""
 
-    name: str
-    priority: int = 0
-    description: str = ""
     default: bool = True
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
-            raise PluginError(f"rule name {self.name!r} is invalid: use lower-case words separated by dashes")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise PluginError(f"rule {self.name!r}: priority {self.priority!r} must be an integer")
-        if not self.kind:
-            raise PluginError(f"rule {self.name!r} does not derive from a rule kind in kvrules.plugin.rules")
-
     @property
-    def sort_key(self) -> tuple[int, str]:
-        """The order the core asks rules in: higher priority first, then by name."""
-        return (-self.priority, self.name)
+    def what(self) -> str:
+        """``rule``, for messages."""
+        return "rule"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.kind:
+            raise PluginError(f"rule {self.name!r} does not derive from a rule kind in kvrules.plugin")
 
 
 @dataclass(frozen=True)
@@ -115,13 +151,17 @@ class Router(Rule):
 
     kind: ClassVar[str] = "router"
     stage: ClassVar[str] = "route"
+    #: a router that only chooses the route: when it applies, the pipeline unifies the pages
+    #: (layer strategies, fallbacks), partitions and groups (``unified-page``); it has no ``route``
+    unifies: ClassVar[bool] = False
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
         """Whether this route fits ``specs``."""
         raise NotImplementedError
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        """The groups; every layer of ``specs`` in exactly one group, in final form."""
+        """The groups; every layer of ``specs`` in exactly one group, in final form (not called
+        when :attr:`unifies` is set)."""
         raise NotImplementedError
 
 
@@ -252,6 +292,9 @@ RULE_KINDS: tuple[str, ...] = (
 )
 
 __all__ = [
+    "NamedPlugin",
+    "name_problem",
+    "priority_problem",
     "Aligner",
     "Check",
     "Converter",

@@ -1,0 +1,515 @@
+"""The one way kvrules asks a plugin anything.
+
+Every extension point (converter, router, fallback, layer strategy, partitioner, grouper,
+layout, aligner, spec type, architecture, allocator, view layout) is asked through an
+:class:`Asker`. It
+
+* calls the plugin's method with a guard: an input error (:class:`~kvrules.SpecError`,
+  :class:`~kvrules.ConfigError`, :class:`~kvrules.ModelFileError`) and the other kvrules errors a
+  rule may answer with (``UnificationError``, ``GroupingError``, ``CapacityError``, ...) pass
+  through; any other exception becomes a :class:`~kvrules.PluginError` naming the plugin whose
+  code raised it (found from the traceback: a built-in that merely called a faulty third-party
+  spec type is not blamed) and its distribution, or ``registered in-process``;
+* checks the answer with the kind's checker (:mod:`kvrules.plugin.answers`): a wrong type or a
+  broken invariant is a :class:`~kvrules.PluginError` naming the plugin. That includes a spec
+  given to the plugin and changed in place (checked before anything else about the answer), and
+  every spec the plugin made, which must answer like a valid spec (a copy forged past its own
+  validation is refused, naming the plugin that returned it);
+* hands an allocator view layouts that are asked the same way (:class:`AskedViewLayout`): a
+  buffer the allocator gives one is checked first (wrong: the allocator's fault), then the
+  layout's views (wrong: the layout's);
+* records the decision.
+
+When the plugin asked is not the one whose code raised (a built-in rule calling a third-party
+spec type's method), the message names the plugin whose code raised and the object that was
+being asked by name only: neither that object nor its distribution is blamed.
+
+The stages of :mod:`kvrules.pipeline`, the front door (:mod:`kvrules.hf`) and allocation
+(:mod:`kvrules.allocation`) use it; nothing else calls a plugin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kvrules.config import EngineConfig
+from kvrules.decisions import Decision, DecisionLog
+from kvrules.errors import KVRulesError, PluginError, SpecError
+from kvrules.plan import KVCacheGroup, KVCacheTensor
+from kvrules.plugin import answers
+from kvrules.plugin.allocator import Placement, ViewLayout
+from kvrules.plugin.registry import IN_PROCESS, Registries, Registry
+from kvrules.plugin.rules import Check, Rule
+from kvrules.specs.base import KVCacheSpec
+
+#: how each kind of plugin object is named in messages
+KIND_WORDS = {
+    "convert": "converter",
+    "router": "router",
+    "fallback": "fallback",
+    "layer-strategy": "layer strategy",
+    "partition": "partitioner",
+    "grouper": "grouper",
+    "layout": "layout",
+    "align": "aligner",
+    "spec-type": "spec type",
+    "architecture": "architecture",
+    "allocator": "allocator",
+    "view-layout": "view layout",
+}
+
+
+def _innermost_plugin_module(
+    tb: types.TracebackType | None, registries: Registries
+) -> tuple[str, str] | None:
+    """``(module, provider)`` of the innermost traceback frame in a plugin's own module.
+
+    kvrules' core modules (``kvrules`` and below) are never blamed this way: when the innermost
+    frames are core code, the object that was asked is responsible.
+    """
+    found = None
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module != "kvrules" and not module.startswith("kvrules."):
+            provider = registries.provider_of_module(module)
+            if provider is not None:
+                found = (module, provider)
+        tb = tb.tb_next
+    return found
+
+
+@dataclass
+class Asker:
+    """Asks plugins for one plan, one model build or one allocation.
+
+    :ivar registries: where the objects came from (for naming providers).
+    :ivar decisions: where decisions are recorded.
+    """
+
+    registries: Registries
+    decisions: DecisionLog = field(default_factory=DecisionLog)
+
+    # -- naming ---------------------------------------------------------------------------
+    def provider(self, kind: str, name: str) -> str:
+        """``plugin 'p' (dist 1.0)`` for the object ``name`` of ``kind``, or ``registered in-process``."""
+        registries: dict[str, Registry[Any]] = {
+            "spec-type": self.registries.spec_types,
+            "architecture": self.registries.architectures,
+            "allocator": self.registries.allocators,
+            "view-layout": self.registries.allocators.layouts,
+        }
+        registry = registries.get(kind, self.registries.rules)
+        return registry.providers.get(name, IN_PROCESS)
+
+    def what(self, kind: str, obj: Any) -> str:
+        """``layer strategy 'x'`` (``rule 'x'`` for a rule), without its provider."""
+        word = "rule" if isinstance(obj, Rule) else KIND_WORDS.get(kind, kind)
+        return f"{word} {_name(kind, obj)!r}"
+
+    def who(self, kind: str, obj: Any) -> str:
+        """``layer strategy 'x' (plugin 'p' (dist 1.0))``."""
+        return f"{self.what(kind, obj)} ({self.provider(kind, _name(kind, obj))})"
+
+    def fault(self, kind: str, obj: Any, problem: str) -> PluginError:
+        """A :class:`PluginError` saying that ``obj`` broke its contract: ``problem``."""
+        return PluginError(f"{self.who(kind, obj)} {problem}")
+
+    # -- calling --------------------------------------------------------------------------
+    def call(self, kind: str, obj: Any, method: str, *args: Any) -> Any:
+        """``obj.method(*args)``, guarded (see the module docstring)."""
+        fn = getattr(obj, method, None)
+        if not callable(fn):
+            raise self.fault(kind, obj, f"has no callable {method}()")
+        try:
+            answer = fn(*args)
+        except KVRulesError:
+            raise
+        except Exception as exc:
+            raise self._blame(kind, obj, method, exc) from exc
+        problem = answers.answer_problem(kind, method, answer)
+        if problem:
+            raise self.fault(kind, obj, f"answered {method}() with {problem}")
+        return answer
+
+    def value(self, kind: str, obj: Any, attribute: str) -> Any:
+        """``obj.attribute`` (a property may run plugin code), guarded like :meth:`call`."""
+        try:
+            return getattr(obj, attribute)
+        except KVRulesError:
+            raise
+        except Exception as exc:
+            raise self._blame(kind, obj, attribute, exc) from exc
+
+    def _blame(self, kind: str, obj: Any, method: str, exc: Exception) -> PluginError:
+        raised = f"raised {type(exc).__name__} in {method}: {exc}"
+        origin = _innermost_plugin_module(exc.__traceback__, self.registries)
+        asked = self.provider(kind, _name(kind, obj))
+        if origin is not None and origin[1] != asked and not isinstance(obj, type):
+            module, provider = origin
+            return PluginError(
+                f"{provider} (module {module}) raised {type(exc).__name__} while "
+                f"{self.what(kind, obj)} was asked {method}(): {exc}"
+            )
+        return self.fault(kind, obj, raised)
+
+    def check(self, kind: str, obj: Any, method: str, *args: Any) -> Check:
+        """A guard's answer: ``obj.method(*args)`` checked to be a :class:`Check`."""
+        check = self.call(kind, obj, method, *args)
+        problem = answers.check_problem(check)
+        if problem:
+            raise self.fault(kind, obj, f"returned {check!r} from {method}(): {problem}")
+        return check  # type: ignore[no-any-return]
+
+    # -- recording ------------------------------------------------------------------------
+    def record(
+        self,
+        stage: str,
+        rule: str,
+        outcome: str,
+        reason: str,
+        *,
+        layer: str | None = None,
+        before: Mapping[str, Any] | None = None,
+        after: Mapping[str, Any] | None = None,
+        padding_bytes: int = 0,
+    ) -> Decision:
+        """Append one decision (see :class:`~kvrules.Decision`)."""
+        return self.decisions.record(
+            stage,
+            rule,
+            outcome,
+            reason,
+            layer=layer,
+            before=before,
+            after=after,
+            padding_bytes=padding_bytes,
+        )
+
+    # -- the common loop ------------------------------------------------------------------
+    def first(
+        self,
+        rules: Sequence[Rule],
+        stage: str,
+        args: tuple[Any, ...],
+        *,
+        note: Callable[[str], str] = lambda reason: reason,
+    ) -> tuple[Rule | None, Check, list[str]]:
+        """Ask ``rules`` (already in order) their guard ``check(*args)`` and record each decline.
+
+        :returns: the first rule that applies and its answer, and the declines as
+            ``"name: reason"``; ``(None, Check(False, ""), declines)`` when none applies.
+        """
+        reasons: list[str] = []
+        for rule in rules:
+            answer = self.check(rule.kind, rule, "check", *args)
+            if answer.applies:
+                return rule, answer, reasons
+            self.record(stage, rule.name, "declined", note(answer.reason))
+            reasons.append(f"{rule.name}: {answer.reason}")
+        return None, Check(False, ""), reasons
+
+    # -- spec types ---------------------------------------------------------------------------
+    def specs(self, specs: Mapping[str, Any], config: EngineConfig, *, where: str = "") -> None:
+        """Check every spec's own answers (sizes, memory, hash) once per distinct spec value.
+
+        :raises SpecError: a value is not a spec at all (the caller's input).
+        :raises PluginError: a spec's type answers wrongly (naming the spec type's plugin).
+        """
+        seen_ids: set[int] = set()
+        seen: set[KVCacheSpec] = set()
+        for layer, spec in specs.items():
+            if id(spec) in seen_ids:
+                continue
+            seen_ids.add(id(spec))
+            if not isinstance(spec, KVCacheSpec):
+                raise SpecError(f"{where}layer {layer!r}: {spec!r} is not a KV-cache spec")
+            problem = self._spec(layer, spec, config, seen)
+            if problem:
+                raise self.fault("spec-type", spec, f"(layer {layer!r}) {problem}")
+
+    def _spec(
+        self, layer: str, spec: KVCacheSpec, config: EngineConfig | None, seen: set[KVCacheSpec]
+    ) -> str | None:
+        try:
+            if spec in seen:
+                return None
+            problem = answers.spec_problem(spec, config)
+            seen.add(spec)
+            return problem
+        except KVRulesError:
+            raise
+        except Exception as exc:
+            raise self._blame("spec-type", spec, f"the sizes of layer {layer!r}", exc) from exc
+
+    def made(
+        self,
+        kind: str,
+        obj: Any,
+        made: Mapping[str, KVCacheSpec] | Sequence[tuple[str, KVCacheSpec]],
+        given: Mapping[str, KVCacheSpec],
+        config: EngineConfig | None = None,
+    ) -> None:
+        """Check the specs ``obj`` answered with (layer -> spec) that it was not ``given``.
+
+        :raises PluginError: naming ``obj`` when a spec it made answers like no valid spec
+            (a spec type's own code raising is blamed on that spec type's plugin).
+        """
+        known = {id(spec) for spec in given.values()}
+        for layer, spec in made.items() if isinstance(made, Mapping) else made:
+            if id(spec) in known:
+                continue
+            known.add(id(spec))
+            problem = self._spec(layer, spec, config, set())
+            if problem:
+                raise self.fault(
+                    kind, obj, f"returned a spec for {layer} that, as a {type(spec).__name__}, {problem}"
+                )
+
+    # -- converters, routers, fallbacks ---------------------------------------------------------
+    def convert(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
+        """A converter's rewritten specs: the same layers in the same order, each a spec."""
+        before = snapshot(specs)
+        new = self.call(rule.kind, rule, "convert", MappingProxyType(dict(specs)), ctx)
+        problem = changed_in_place(before) or answers.specs_problem(new, specs, "convert()")
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        self.made(rule.kind, rule, _layers(new), specs, getattr(ctx, "config", None))
+        return dict(new)
+
+    def route(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> list[KVCacheGroup]:
+        """A router's or fallback's groups, covering every layer of ``specs`` once."""
+        return self._groups(rule, "route", specs, ctx, complete=True)
+
+    def _groups(
+        self, rule: Rule, method: str, specs: Mapping[str, KVCacheSpec], ctx: Any, *, complete: bool
+    ) -> list[KVCacheGroup]:
+        before = snapshot(specs)
+        groups = self.call(rule.kind, rule, method, MappingProxyType(dict(specs)), ctx)
+        problem = changed_in_place(before) or answers.groups_problem(groups, specs, complete=complete)
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        self.made(rule.kind, rule, _group_specs(groups), specs)
+        return list(groups)
+
+    # -- layer strategies ---------------------------------------------------------------------
+    def strategy(self, rule: Rule, layer: str, spec: KVCacheSpec, target: int, ctx: Any) -> KVCacheSpec:
+        """A layer strategy's new spec for ``layer``: same type, page ``target``, only its
+        ``touches`` changed, and the given spec left as it was."""
+        before = spec.field_values()
+        new = self.call(rule.kind, rule, "apply", layer, spec, target, ctx)
+        touches = frozenset(getattr(rule, "touches", frozenset()))
+        problem = None
+        if spec.field_values() != before:
+            problem = f"changed the spec of layer {layer!r} in place; return a new spec (spec.evolve(...))"
+        problem = problem or answers.strategy_problem(layer, spec, new, target, touches)
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        self.made(rule.kind, rule, [(f"layer {layer!r}", new)], {layer: spec})
+        return new  # type: ignore[no-any-return]
+
+    # -- partitioners and groupers ----------------------------------------------------------------
+    def partition(
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any
+    ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
+        """A partitioner's groups and the specs it leaves: together, every layer once."""
+        before = snapshot(specs)
+        answer = self.call(rule.kind, rule, "partition", MappingProxyType(dict(specs)), ctx)
+        if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], Mapping)):
+            raise self.fault(
+                rule.kind, rule, f"returned {answer!r} from partition(), not (groups, remaining specs)"
+            )
+        groups, remaining = answer
+        problem = changed_in_place(before) or answers.groups_problem(groups, specs, complete=False)
+        if problem is None:
+            made = {n for g in groups for n in g.layer_names}
+            wrong = [n for n in remaining if n not in specs or n in made or remaining[n] is not specs[n]]
+            lost = [n for n in specs if n not in made and n not in remaining]
+            if wrong or lost:
+                problem = f"left layer {(wrong or lost)[0]!r} {'in both its groups and the remaining specs, or changed it' if wrong else 'neither in a group nor in the remaining specs'}"
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        self.made(rule.kind, rule, _group_specs(groups), specs)
+        return list(groups), {n: specs[n] for n in specs if n in remaining}
+
+    def group(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> list[KVCacheGroup]:
+        """A grouper's groups, covering every layer of ``specs`` once."""
+        return self._groups(rule, "group", specs, ctx, complete=True)
+
+    # -- layouts -------------------------------------------------------------------------------
+    def block_bytes(self, rule: Rule, groups: Sequence[KVCacheGroup]) -> int:
+        """Bytes one block costs on the worker (an int > 0)."""
+        return self._int(rule, "block_bytes", 1, groups)
+
+    def request_bytes(self, rule: Rule, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
+        """Bytes one request of ``config.max_model_len`` needs on the worker (an int >= 0)."""
+        return self._int(rule, "request_bytes", 0, groups, config)
+
+    def _int(self, rule: Rule, method: str, minimum: int, *args: Any) -> int:
+        value = self.call(rule.kind, rule, method, *args)
+        problem = answers.int_problem(value, f"{method}()", minimum)
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        return int(value)
+
+    def tensors(
+        self, rule: Rule, groups: Sequence[KVCacheGroup], num_blocks: int, memory: int
+    ) -> tuple[KVCacheTensor, ...]:
+        """The worker's tensors: non-negative, covering every layer, fitting ``memory``."""
+        tensors = self.call(rule.kind, rule, "tensors", groups, num_blocks)
+        problem = answers.tensors_problem(tensors, groups, memory)
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        return tuple(tensors)
+
+    # -- aligners --------------------------------------------------------------------------------
+    def align(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
+        """An aligner's specs: same layers, order and types; only its ``touches`` changed."""
+        before = snapshot(specs)
+        new = self.call(rule.kind, rule, "align", MappingProxyType(dict(specs)), ctx)
+        touches = frozenset(getattr(rule, "touches", frozenset()))
+        problem = changed_in_place(before) or answers.alignment_problem(specs, new, touches)
+        if problem:
+            raise self.fault(rule.kind, rule, problem)
+        self.made(rule.kind, rule, _layers(new), specs)
+        return dict(new)
+
+    def sentence(self, kind: str, obj: Any, method: str, *args: Any) -> str:
+        """A plugin's sentence for a decision record (``explain``), checked to be a str."""
+        text = self.call(kind, obj, method, *args)
+        if not isinstance(text, str):
+            raise self.fault(kind, obj, f"returned {text!r} from {method}(), not a sentence (str)")
+        return text
+
+    # -- architectures -----------------------------------------------------------------------------
+    def build(
+        self, arch: Any, config: Any, settings: Any, method: str = "build", *extra: Any
+    ) -> dict[str, KVCacheSpec]:
+        """An architecture's specs (``build``, or ``mtp_specs`` with ``extra`` arguments)."""
+        specs = self.call("architecture", arch, method, config, settings, *extra)
+        problem = answers.architecture_problem(specs)
+        if problem:
+            raise self.fault("architecture", arch, problem)
+        self.made("architecture", arch, _layers(specs), {})
+        return specs  # type: ignore[no-any-return]
+
+    # -- allocators ---------------------------------------------------------------------------------
+    def allocate(self, allocator: Any, request: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """An allocator's ``(buffers, views)``: one buffer per tensor, of its planned size, and a
+        view entry for every layer of the worker."""
+        asked = dataclasses.replace(request, layouts=self._asked_layouts(allocator, request))
+        result = self.call("allocator", allocator, "allocate", asked)
+        layers = {p.layer for p in request.placements}
+        problem = answers.allocation_problem(result, request.sizes, request.backing, layers)
+        if problem:
+            del result
+            raise self.fault("allocator", allocator, problem)
+        return tuple(result[0]), dict(result[1])
+
+    def _asked_layouts(self, allocator: Any, request: Any) -> dict[str, ViewLayout]:
+        """``request.layouts`` with each distinct view layout wrapped once in an :class:`AskedViewLayout`."""
+        wrapped: dict[int, ViewLayout] = {}
+        out: dict[str, ViewLayout] = {}
+        for layer, layout in request.layouts.items():
+            if id(layout) not in wrapped:
+                wrapped[id(layout)] = AskedViewLayout.around(layout, self, allocator, request)
+            out[layer] = wrapped[id(layout)]
+        return out
+
+    def view(self, allocator: Any, layout: Any, request: Any, raw: Any, place: Placement) -> Any:
+        """``layout.build(raw, place)`` on behalf of ``allocator``: ``raw`` checked to be the
+        planned buffer first (else the allocator is at fault), then the views (else the layout is)."""
+        expected = request.sizes[request.backing[place.tensor]]
+        problem = answers.buffer_problem(raw, expected)
+        if problem:
+            raise self.fault(
+                "allocator",
+                allocator,
+                f"handed view layout {_name('view-layout', layout)!r} buffer {place.tensor} "
+                f"(layer {place.layer!r}) of {problem}",
+            )
+        view = self.call("view-layout", layout, "build", raw, place)
+        problem = answers.view_problem(view, place.num_blocks, place.content_bytes)
+        if problem:
+            raise self.fault("view-layout", layout, f"(layer {place.layer!r}) {problem}")
+        return view
+
+
+@dataclass(frozen=True, eq=False)
+class AskedViewLayout(ViewLayout):
+    """A view layout as an allocator finds it in its request: ``build`` and ``supports`` are asked
+    through the asker (:meth:`Asker.view`); every other attribute is the wrapped layout's."""
+
+    layout: Any = field(default=None, repr=False)
+    asker: Any = field(default=None, repr=False)
+    allocator: Any = field(default=None, repr=False)
+    request: Any = field(default=None, repr=False)
+
+    @classmethod
+    def around(cls, layout: Any, asker: Asker, allocator: Any, request: Any) -> AskedViewLayout:
+        """``layout`` (its name, priority, description and ``default``) asked through ``asker``."""
+        return cls(
+            name=_name("view-layout", layout),
+            priority=getattr(layout, "priority", 0),
+            description=getattr(layout, "description", ""),
+            default=getattr(layout, "default", True),
+            layout=layout,
+            asker=asker,
+            allocator=allocator,
+            request=request,
+        )
+
+    def supports(self, spec: KVCacheSpec) -> Check:
+        """The wrapped layout's answer, checked to be a :class:`Check`."""
+        return self.asker.check("view-layout", self.layout, "supports", spec)  # type: ignore[no-any-return]
+
+    def build(self, raw: Any, place: Placement) -> Any:
+        """The wrapped layout's views, asked through :meth:`Asker.view`."""
+        return self.asker.view(self.allocator, self.layout, self.request, raw, place)
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute in {"layout", "asker", "allocator", "request"} or attribute.startswith("__"):
+            raise AttributeError(attribute)
+        return getattr(self.layout, attribute)
+
+
+def _layers(specs: Mapping[str, KVCacheSpec]) -> list[tuple[str, KVCacheSpec]]:
+    """``("layer 'x'", spec)`` for :meth:`Asker.made`."""
+    return [(f"layer {name!r}", spec) for name, spec in specs.items()]
+
+
+def _group_specs(groups: Sequence[KVCacheGroup]) -> list[tuple[str, KVCacheSpec]]:
+    """``("group i", spec)`` of every group, for :meth:`Asker.made`."""
+    return [(f"group {index}", group.spec) for index, group in enumerate(groups)]
+
+
+def _name(kind: str, obj: Any) -> str:
+    if kind == "spec-type":
+        cls = obj if isinstance(obj, type) else type(obj)
+        return str(getattr(cls, "type_name", cls.__name__))
+    return str(getattr(obj, "name", type(obj).__name__))
+
+
+def snapshot(specs: Mapping[str, Any]) -> dict[int, tuple[Any, tuple[Any, ...]]]:
+    """Field values of every distinct spec object in ``specs`` (to catch a plugin mutating them)."""
+    out: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+    for spec in specs.values():
+        key = id(spec)
+        if key not in out:
+            out[key] = (spec, spec.field_values())
+    return out
+
+
+def changed_in_place(before: Mapping[int, tuple[Any, tuple[Any, ...]]]) -> str | None:
+    """The first spec of a :func:`snapshot` whose fields changed since, described (else ``None``)."""
+    for spec, values in before.values():
+        if spec.field_values() != values:
+            return f"changed a spec it was given in place ({type(spec).__name__}); specs are immutable"
+    return None
+
+
+__all__ = ["KIND_WORDS", "AskedViewLayout", "Asker", "changed_in_place", "snapshot"]

@@ -1,0 +1,314 @@
+"""Helpers for rules that compare groupings: vLLM's bucketing and group size, and what a grouping
+costs one request in a shared pool.
+
+vLLM 0.28 groups a model's (unified) layers in two steps. Layers are bucketed by spec, buckets
+whose specs merge joined (:func:`buckets_by_spec`); then one group size is chosen for every
+bucket (:func:`vllm_group_size`) and each bucket is cut into ``cdiv(len, size)`` interleaved
+groups (:func:`split_bucket`, :func:`split_buckets`). :func:`vllm_grouping` is the whole rule, as
+the built-in ``vllm-group-size`` grouper applies it.
+
+The cost model. In a shared pool (vLLM's general layout), worker ``w``'s pool is ``width_w``
+slots wide, the most layers any group has on that worker, and one block there costs
+``width_w x page`` bytes. One request of ``max_model_len`` holds ``B_g`` blocks of each group
+``g``, so on worker ``w`` it reserves ``width_w x page x sum(B_g)`` bytes. The agreed number of
+blocks is the smallest over workers, so max concurrency is
+``min_w(memory_w / (width_w x page)) / sum(B_g)``; the worker reaching that minimum binds. With
+``num_gpu_blocks_override = N`` it is ``N / sum(B_g)``. Of the binding worker's bytes,
+``padded_bytes = page x sum((width - layers of g there) x B_g)`` hold nothing. With one worker,
+more capacity is exactly fewer padded bytes: what :func:`search` looks for.
+
+A grouper that wants to beat vLLM's rule (the built-in ``beyond-vllm`` rules do) costs vLLM's
+grouping and its own with :func:`grouping_cost` on the plan's :class:`Pool` and acts only when
+:func:`acceptable` says so. Nothing here records a decision or reads the active rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from kvrules.config import EngineConfig
+from kvrules.errors import GroupingError
+from kvrules.plan import KVCacheGroup
+from kvrules.plugin.context import PlanContext
+from kvrules.specs.base import KVCacheSpec, cdiv
+
+#: one bucket of layers: the spec standing for them and their names, in layer order
+Bucket = tuple[KVCacheSpec, list[str]]
+
+
+# -- vLLM's bucketing and group size ------------------------------------------------------------
+def buckets_by_spec(specs: Mapping[str, KVCacheSpec]) -> list[Bucket]:
+    """Layers bucketed by identical spec, then buckets whose specs merge joined (layer order kept).
+
+    A bucket's spec is the merge of its members' specs (:meth:`KVCacheSpec.merge`); buckets come
+    in the order of their first layer's spec.
+    """
+    exact: dict[KVCacheSpec, list[str]] = {}
+    for name, spec in specs.items():
+        exact.setdefault(spec, []).append(name)
+    order = {name: i for i, name in enumerate(specs)}
+    merged: list[tuple[list[KVCacheSpec], KVCacheSpec, list[str]]] = []
+    for spec, layers in exact.items():
+        for index, (members, _, names) in enumerate(merged):
+            try:
+                joined = type(members[0]).merge([*members, spec])
+            except ValueError:
+                continue
+            merged[index] = ([*members, spec], joined, sorted([*names, *layers], key=order.__getitem__))
+            break
+        else:
+            merged.append(([spec], spec, list(layers)))
+    return [(spec, names) for _, spec, names in merged]
+
+
+def split_bucket(layers: list[str], group_size: int) -> list[list[str]]:
+    """``cdiv(len, group_size)`` groups, group ``i`` = ``layers[i::n]`` (pipeline-friendly)."""
+    n = cdiv(len(layers), group_size)
+    return [layers[i::n] for i in range(n)]
+
+
+def split_buckets(buckets: Sequence[Bucket], group_size: int) -> tuple[KVCacheGroup, ...]:
+    """Every bucket cut into ``cdiv(len, group_size)`` interleaved groups (vLLM's split)."""
+    return tuple(
+        KVCacheGroup(tuple(part), spec) for spec, names in buckets for part in split_bucket(names, group_size)
+    )
+
+
+def vllm_group_size(sizes: Sequence[int]) -> int:
+    """vLLM 0.28's group size for buckets of ``sizes`` layers: the smallest bucket, or the largest
+    when it is below 1.5x the smallest. ``sizes`` must not be empty."""
+    smallest, largest = min(sizes), max(sizes)
+    return largest if largest < 1.5 * smallest else smallest
+
+
+def vllm_grouping(specs: Mapping[str, KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
+    """What vLLM 0.28's group-size rule (``vllm-group-size``) makes of ``specs`` (at least one layer)."""
+    buckets = buckets_by_spec(specs)
+    return split_buckets(buckets, vllm_group_size([len(names) for _, names in buckets]))
+
+
+# -- the shared-pool cost model -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Pool:
+    """Where a grouping runs: each worker's layers and memory (default: one worker, every layer).
+
+    :ivar workers: layer names per worker (empty: one worker holding every layer).
+    :ivar memory: bytes per worker, in the order of ``workers`` (empty: equal memory).
+    :ivar num_blocks: ``num_gpu_blocks_override``, when set.
+    """
+
+    workers: tuple[frozenset[str], ...] = ()
+    memory: tuple[int, ...] = ()
+    num_blocks: int | None = None
+
+    @classmethod
+    def of(cls, ctx: PlanContext) -> Pool:
+        """The pool of the plan being made (memory only when every worker's is known)."""
+        memory = ctx.memory if len(ctx.memory) == len(ctx.workers) else ()
+        return cls(ctx.workers, memory, ctx.config.num_gpu_blocks_override)
+
+
+@dataclass(frozen=True)
+class GroupingCost:
+    """One grouping's cost for one request of ``max_model_len`` (see the module docstring).
+
+    :ivar group_size: the longest group (the pool width with one worker).
+    :ivar groups: the groups with layers.
+    :ivar padding_slots: empty slots over all groups at ``group_size`` (as the waste report counts).
+    :ivar page_size_bytes: the one page size of the pool.
+    :ivar blocks_per_request: ``sum(B_g)`` over the groups.
+    :ivar padded_bytes: bytes of the binding worker's share of one request that hold nothing.
+    :ivar request_bytes: bytes one request reserves on the binding worker.
+    :ivar worker: the binding worker (its index in :attr:`Pool.workers`).
+    :ivar capacity: max concurrency before blocks are rounded down (relative when memory is unknown).
+    """
+
+    group_size: int
+    groups: int
+    padding_slots: int
+    page_size_bytes: int
+    blocks_per_request: int
+    padded_bytes: int
+    request_bytes: int
+    worker: int
+    capacity: Fraction
+
+    def as_dict(self) -> dict[str, int]:
+        """The figures as plain ints (decision ``before`` / ``after`` form)."""
+        return {
+            "group_size": self.group_size,
+            "groups": self.groups,
+            "padding_slots": self.padding_slots,
+            "page_size_bytes": self.page_size_bytes,
+            "blocks_per_request": self.blocks_per_request,
+            "padded_bytes": self.padded_bytes,
+            "request_bytes": self.request_bytes,
+            "binding_worker": self.worker,
+        }
+
+    def brief(self) -> str:
+        """``size 12: 7 groups, 0 padding slots, 0 padded B`` for decision reasons."""
+        return (
+            f"size {self.group_size}: {self.groups} groups, {self.padding_slots} padding slots, "
+            f"{self.padded_bytes:,} padded B"
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One group size tried: the groups it makes and their cost."""
+
+    requested_size: int
+    groups: tuple[KVCacheGroup, ...]
+    cost: GroupingCost
+
+
+def shared_pool_blocker(specs: Mapping[str, KVCacheSpec]) -> str | None:
+    """Why ``specs`` cannot share one pool (uniform-type specs, several pages), or ``None``."""
+    if any(s.has_members for s in specs.values()):
+        return "uniform-type specs keep one tensor per layer, not a shared pool"
+    pages = sorted({s.page_size_bytes for s in specs.values()})
+    if len(pages) > 1:
+        return f"a shared pool needs one page size, these layers have {len(pages)}: {pages[:4]}"
+    return None
+
+
+def grouping_cost(
+    groups: Sequence[KVCacheGroup], config: EngineConfig, pool: Pool | None = None
+) -> GroupingCost:
+    """The shared-pool cost of ``groups`` for one request of ``config.max_model_len``.
+
+    Groups without layers are ignored. ``pool`` defaults to one worker holding every layer.
+
+    :raises GroupingError: no group has layers, the groups do not have one page size, or no
+        worker of ``pool`` holds a layer of them.
+    """
+    pool = pool or Pool()
+    live = [g for g in groups if g.layer_names]
+    if not live:
+        raise GroupingError("a shared-pool cost needs at least one group with layers")
+    pages = sorted({g.spec.page_size_bytes for g in live})
+    if len(pages) != 1:
+        raise GroupingError(
+            f"a shared-pool cost needs one page size across groups, got {pages}; unify pages first"
+        )
+    page = pages[0]
+    width = max(len(g.layer_names) for g in live)
+    blocks = [g.spec.blocks_per_request(config) for g in live]
+    total = sum(blocks)
+    workers = pool.workers or (frozenset(n for g in live for n in g.layer_names),)
+    best: tuple[Fraction, int, list[int]] | None = None
+    for index, layers in enumerate(workers):
+        if len(workers) == 1:  # one worker holds every layer of the model: no need to count
+            counts = [len(g.layer_names) for g in live]
+        else:
+            counts = [sum(1 for n in g.layer_names if n in layers) for g in live]
+        here = max(counts)
+        if here == 0:
+            continue
+        memory = pool.memory[index] if pool.memory else 1
+        if pool.num_blocks is not None:
+            capacity = Fraction(pool.num_blocks, max(total, 1))
+        else:
+            capacity = Fraction(memory, here * page * max(total, 1))
+        if best is None or capacity < best[0]:
+            best = (capacity, index, counts)
+    if best is None:
+        raise GroupingError("no worker holds a layer of these groups; check the workers' layer names")
+    capacity, worker, counts = best
+    here = max(counts)
+    return GroupingCost(
+        group_size=width,
+        groups=len(live),
+        padding_slots=sum(width - len(g.layer_names) for g in live),
+        page_size_bytes=page,
+        blocks_per_request=total,
+        padded_bytes=page * sum((here - c) * b for c, b in zip(counts, blocks, strict=True)),
+        request_bytes=here * page * total,
+        worker=worker,
+        capacity=capacity,
+    )
+
+
+def _choice_key(candidate: Candidate) -> tuple[Fraction, int, int, int]:
+    cost = candidate.cost
+    return (-cost.capacity, cost.groups, cost.padding_slots, -cost.group_size)
+
+
+def search(
+    buckets: Sequence[Bucket], config: EngineConfig, max_groups: int, pool: Pool | None = None
+) -> tuple[Candidate | None, list[Candidate], int]:
+    """Try every group size from 1 to the largest bucket.
+
+    Returns ``(best, considered, over_cap)``: the candidate with the most capacity (with one
+    worker: the fewest padded bytes), then fewer groups, fewer padding slots, larger size, among
+    those with at most ``max_groups`` groups; every distinct candidate within the cap in order of
+    size; and how many distinct candidates the cap excluded. ``best`` is ``None`` when the cap
+    excludes all.
+    """
+    seen: set[tuple[int, ...]] = set()
+    considered: list[Candidate] = []
+    over_cap = 0
+    lengths = [len(names) for _, names in buckets]
+    for size in range(1, max(lengths) + 1):
+        # the groups per bucket decide the whole shape; count before building anything, so the
+        # search stays linear in the layer count (only shapes within the cap are materialised)
+        counts = tuple(cdiv(length, size) for length in lengths)
+        if counts in seen:
+            continue
+        seen.add(counts)
+        if sum(counts) > max_groups:
+            over_cap += 1
+            continue
+        groups = split_buckets(buckets, size)
+        considered.append(Candidate(size, groups, grouping_cost(groups, config, pool)))
+    best = min(considered, key=_choice_key) if considered else None
+    return best, considered, over_cap
+
+
+def acceptable(rule: GroupingCost, vllm: GroupingCost, max_capacity_loss: Fraction = Fraction(0)) -> bool:
+    """Whether ``rule`` may replace vLLM's grouping.
+
+    With no allowed loss: max concurrency not lower, then not more groups, then not more padding
+    slots. A loss up to ``max_capacity_loss`` (a fraction of vLLM's max concurrency) is accepted
+    only in exchange for fewer groups.
+    """
+    if rule.capacity > vllm.capacity:
+        return True
+    if rule.capacity == vllm.capacity:
+        return (rule.groups, rule.padding_slots) <= (vllm.groups, vllm.padding_slots)
+    return rule.capacity >= (1 - max_capacity_loss) * vllm.capacity and rule.groups < vllm.groups
+
+
+def ratio(vllm: GroupingCost, rule: GroupingCost) -> float:
+    """Max concurrency of ``rule`` over vLLM's for the same memory (ignoring block rounding)."""
+    if vllm.capacity == 0:
+        return 1.0 if rule.capacity == 0 else float("inf")
+    return float(rule.capacity / vllm.capacity)
+
+
+def alternatives(considered: Sequence[Candidate], chosen: Candidate) -> list[dict[str, Any]]:
+    """The other candidates' figures, for the decision record."""
+    return [{"requested_size": c.requested_size, **c.cost.as_dict()} for c in considered if c is not chosen]
+
+
+__all__ = [
+    "Bucket",
+    "Candidate",
+    "GroupingCost",
+    "Pool",
+    "acceptable",
+    "alternatives",
+    "buckets_by_spec",
+    "grouping_cost",
+    "ratio",
+    "search",
+    "shared_pool_blocker",
+    "split_bucket",
+    "split_buckets",
+    "vllm_group_size",
+    "vllm_grouping",
+]
