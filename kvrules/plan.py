@@ -6,20 +6,20 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from typing import Any
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
+from kvrules.errors import ModelFileError
 from kvrules.specs.base import KVCacheSpec
-from kvrules.specs.uniform import UniformTypeKVCacheSpecs
+from kvrules.specs.io import spec_from_dict
 
 SCHEMA = "kvrules.plan/v1"
 
 
 def plan_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of :meth:`Plan.to_dict` output, shipped with the package."""
-    from importlib import resources
-
     text = (resources.files("kvrules") / "schemas" / "plan-v1.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
 
@@ -168,10 +168,7 @@ def project_group(group: KVCacheGroup, layers: Mapping[str, Any] | set[str]) -> 
     """``group`` restricted to ``layers`` (a uniform-type spec keeps only those members; the
     EAGLE flag stays only when some layer remains, as in vLLM 0.28)."""
     names = tuple(n for n in group.layer_names if n in layers)
-    spec = group.spec
-    if isinstance(spec, UniformTypeKVCacheSpecs) and names and len(names) != len(spec.kv_cache_specs):
-        spec = UniformTypeKVCacheSpecs(spec.block_size, {n: spec.kv_cache_specs[n] for n in names})
-    return KVCacheGroup(names, spec, group.is_eagle_group and bool(names))
+    return KVCacheGroup(names, group.spec.restricted_to(names), group.is_eagle_group and bool(names))
 
 
 @dataclass(frozen=True)
@@ -264,9 +261,6 @@ class Plan:
         cls, data: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
     ) -> Plan:
         """Rebuild a plan from :meth:`to_dict` output."""
-        from kvrules.errors import ModelFileError
-        from kvrules.specs.io import spec_from_dict
-
         if data.get("schema") != SCHEMA:
             raise ModelFileError(f"not a kvrules plan: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
         specs = {n: spec_from_dict(s, layer=n, spec_types=spec_types) for n, s in data["specs"].items()}

@@ -1,4 +1,4 @@
-"""Capacity arithmetic: blocks per request, max concurrency, the largest length that fits."""
+"""Stage ``capacity`` arithmetic: blocks per request, max concurrency, the largest length that fits."""
 
 from __future__ import annotations
 
@@ -6,23 +6,17 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from kvrules.config import EngineConfig
+from kvrules.errors import CapacityError
+from kvrules.pipeline.layout import WorkerLayout
 from kvrules.plan import KVCacheGroup
-from kvrules.specs.base import KVCacheSpec, cdiv
-from kvrules.specs.uniform import UniformTypeKVCacheSpecs
+from kvrules.plugin.ask import Asker
 
 GiB = 1 << 30
 
 
-def blocks_per_request(spec: KVCacheSpec, config: EngineConfig) -> int:
-    """Blocks of its group one request of ``config.max_model_len`` needs."""
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return spec.blocks_per_request(config)
-    return cdiv(spec.max_memory_usage_bytes(config), spec.page_size_bytes)
-
-
 def total_blocks_per_request(groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-    """Sum over groups of :func:`blocks_per_request`."""
-    return sum(blocks_per_request(g.spec, config) for g in groups)
+    """Blocks one request of ``config.max_model_len`` needs, summed over ``groups``."""
+    return sum(g.spec.blocks_per_request(config) for g in groups)
 
 
 def max_concurrency(groups: Sequence[KVCacheGroup], num_blocks: int, config: EngineConfig) -> float:
@@ -53,3 +47,51 @@ def largest_fitting_length(upper: int, fits: Callable[[int], bool]) -> int:
 def gib(value: int) -> str:
     """Bytes as GiB with two decimals."""
     return f"{value / GiB:.2f} GiB"
+
+
+def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker) -> int:
+    """The memory check: ``config.max_model_len`` when one request of it fits on every worker;
+    with auto-fit, the largest length that does.
+
+    :raises CapacityError: it does not fit (and auto-fit is off, or not even 1 token fits),
+        naming the worker, the bytes needed and available, and the largest length that fits.
+    """
+
+    def need(worker: WorkerLayout, length: int) -> int:
+        if worker.layout is None:
+            return 0
+        cfg = config if length == config.max_model_len else with_length(config, length)
+        return ask.request_bytes(worker.layout, worker.groups, cfg)
+
+    def fits(length: int) -> bool:
+        return all(need(w, length) <= w.memory for w in workers)
+
+    target = config.max_model_len
+    if fits(target):
+        return target
+    best = largest_fitting_length(target, fits)
+    if config.auto_fit_max_model_len and best > 0:
+        ask.record(
+            "capacity",
+            "auto-fit",
+            "applied",
+            f"max_model_len {target} does not fit; {best} is the largest length that fits on every worker.",
+        )
+        return best
+    failing = next(w for w in workers if need(w, target) > w.memory)
+    needed = need(failing, target)
+    hint = (
+        f"The largest max_model_len that fits is {best}; lower max_model_len to it, give the KV "
+        "cache more memory, or set auto_fit_max_model_len=True."
+        if best > 0
+        else "Not even a 1-token request fits; give the KV cache more memory."
+    )
+    ask.record("capacity", "memory-check", "failed", f"Worker {failing.index} needs {needed} bytes.")
+    raise CapacityError(
+        f"To serve one request of max_model_len {target}, worker {failing.index} needs "
+        f"{gib(needed)} ({needed} bytes) of KV cache but has {gib(failing.memory)} "
+        f"({failing.memory} bytes). {hint}",
+        needed_bytes=needed,
+        available_bytes=failing.memory,
+        max_fitting_len=best,
+    )

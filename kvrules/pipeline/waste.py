@@ -1,7 +1,7 @@
 """Where the bytes go: real state versus padding, for one request of ``max_model_len``.
 
 For every group ``g`` on a worker, one request holds ``B_g`` blocks of the group
-(:func:`~kvrules.capacity.blocks_per_request`), and each block reserves ``block_bytes`` bytes
+(its spec's ``blocks_per_request``), and each block reserves ``block_bytes`` bytes
 across the worker's tensors (the layout's bytes per block). Of those bytes:
 
 * real state: each layer ``l`` of ``g`` uses ``n_l`` pages (``B_g`` for a shared pool; its own
@@ -20,10 +20,7 @@ import math
 from collections.abc import Sequence
 
 from kvrules.config import EngineConfig
-from kvrules.pipeline.capacity import blocks_per_request
 from kvrules.plan import KVCacheGroup, WasteReport, WorkerWaste
-from kvrules.specs.base import cdiv
-from kvrules.specs.uniform import UniformTypeKVCacheSpecs
 
 
 def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: EngineConfig) -> WorkerWaste:
@@ -31,29 +28,23 @@ def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: Engin
     allocated = real = page_padding = 0
     for group in groups:
         spec = group.spec
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            if not group.layer_names:
-                continue
-            blocks = spec.blocks_per_request(config)
-            for member in spec.kv_cache_specs.values():
-                pages = cdiv(member.max_memory_usage_bytes(config), member.page_size_bytes)
-                real += pages * member.unpadded_page_size_bytes
-                page_padding += pages * (member.page_size_bytes - member.unpadded_page_size_bytes)
-        else:
-            blocks = blocks_per_request(spec, config)
-            real += blocks * len(group.layer_names) * spec.unpadded_page_size_bytes
-            page_padding += blocks * len(group.layer_names) * spec.padding_bytes
-        allocated += blocks * block_bytes
+        if spec.has_members and not group.layer_names:
+            continue
+        for member in spec.members(group.layer_names).values():
+            pages = member.blocks_per_request(config)
+            real += pages * member.unpadded_page_size_bytes
+            page_padding += pages * member.padding_bytes
+        allocated += spec.blocks_per_request(config) * block_bytes
     return WorkerWaste(block_bytes, allocated, real, page_padding, allocated - real - page_padding)
 
 
 def padding_slots(groups: Sequence[KVCacheGroup]) -> int:
-    """Empty slots when shared-pool groups are shorter than the longest group."""
-    plain = [g for g in groups if not isinstance(g.spec, UniformTypeKVCacheSpecs)]
-    if not plain:
+    """Empty slots when pooled groups are shorter than the longest group."""
+    pooled = [g for g in groups if not g.spec.has_members]
+    if not pooled:
         return 0
-    size = max(len(g.layer_names) for g in plain)
-    return sum(size - len(g.layer_names) for g in plain)
+    size = max(len(g.layer_names) for g in pooled)
+    return sum(size - len(g.layer_names) for g in pooled)
 
 
 def waste_report(
