@@ -34,9 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-import structlog
-
-from kvrules import errors
+from kvrules import errors, logs
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, PluginError
 from kvrules.pipeline import Planner
@@ -45,9 +43,6 @@ from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.plugin.presets import StrategySpec
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.io import spec_from_dict, spec_to_dict
-from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-
-log = structlog.get_logger("kvrules")
 
 #: digests are compared as non-negative int64 values: the first 15 hex digits of the SHA-256
 DIGEST_HEX = 15
@@ -144,8 +139,8 @@ class _Table:
 
 def _spec_ref(spec: KVCacheSpec, table: _Table) -> int:
     def form() -> Any:
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            members = {n: _spec_ref(s, table) for n, s in spec.kv_cache_specs.items()}
+        if spec.has_members:
+            members = {n: _spec_ref(s, table) for n, s in spec.member_specs.items()}
             return {"type": spec.type_name, "block_size": spec.block_size, "members": members}
         return spec_to_dict(spec)
 
@@ -338,14 +333,13 @@ def agree_plan(
     any_failed, all_failed, same = top[0] == 1, -top[1] == 1, top[2] == -top[3]
     if same and not any_failed and plan is not None:
         extra = {**plan.extra, "distributed": {"ranks": comm.world, "digest": digest}}
-        if structlog.is_configured():
-            log.debug(
-                "kvrules.distributed.agreed",
-                rank=comm.rank,
-                ranks=comm.world,
-                digest=digest,
-                seconds=round(time.perf_counter() - started, 6),
-            )
+        logs.debug(
+            "kvrules.distributed.agreed",
+            rank=comm.rank,
+            ranks=comm.world,
+            digest=digest,
+            seconds=round(time.perf_counter() - started, 6),
+        )
         return dataclasses.replace(plan, extra=extra)
     if same and all_failed and error is not None:
         raise error  # the same error on every rank

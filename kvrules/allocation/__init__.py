@@ -4,15 +4,10 @@
 ``views`` resolves the per-backend view layouts, ``verify`` checks views against placements.
 """
 
-from kvrules.allocation.allocate import (
-    Allocation,
-    AllocationRequest,
-    Allocator,
-    allocate,
-    choose_allocator,
-)
-from kvrules.allocation.placement import Placement, placements_for
-from kvrules.allocation.views import LayoutChoice, ViewLayout, resolve_view_layouts
+from kvrules.allocation.allocate import Allocation, allocate, choose_allocator
+from kvrules.allocation.placement import placements_for
+from kvrules.allocation.views import resolve_view_layouts
+from kvrules.plugin.allocator import AllocationRequest, Allocator, LayoutChoice, Placement, ViewLayout
 
 __all__ = [
     "Allocation",

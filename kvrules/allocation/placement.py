@@ -2,37 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvrules.errors import AllocationError
 from kvrules.plan import Plan
+from kvrules.plugin.allocator import Placement
 from kvrules.specs.base import KVCacheSpec
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where one layer's pages lie in its worker's buffers.
-
-    The page of block ``b`` occupies bytes ``[page_start(b), page_start(b) + spec.page_size_bytes)``
-    of buffer ``tensor``; a view covers exactly its first ``content_bytes`` (the padding tail of a
-    padded page is never part of a view).
-    """
-
-    layer: str
-    spec: KVCacheSpec
-    tensor: int
-    offset: int
-    block_stride: int
-    num_blocks: int
-
-    @property
-    def content_bytes(self) -> int:
-        """Bytes of one page that the layer's views cover (the unpadded page)."""
-        return self.spec.unpadded_page_size_bytes
-
-    def page_start(self, block: int) -> int:
-        """Byte offset of block ``block``'s page inside the buffer."""
-        return self.offset + block * self.block_stride
 
 
 def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tuple[int, ...], tuple[int, ...]]:
@@ -105,4 +78,4 @@ def _placement(
     return Placement(layer, spec, index, 0, page, num_blocks)
 
 
-__all__ = ["Placement", "placements_for"]
+__all__ = ["placements_for"]

@@ -8,14 +8,12 @@ block ``b`` is block 0 shifted by ``b`` block strides, the same then holds for e
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from itertools import product
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvrules.errors import AllocationError
-
-if TYPE_CHECKING:
-    from kvrules.allocation.allocate import Allocation
-    from kvrules.allocation.placement import Placement
+from kvrules.plugin.allocator import Placement
 
 #: most separate byte runs one block of one view may have before the check gives up
 MAX_RUNS = 1 << 20
@@ -124,17 +122,22 @@ def _check_tiling(layer: str, runs: list[tuple[int, int]], place: Placement) -> 
         )
 
 
-def verify_allocation(allocation: Allocation) -> None:
-    """Check every layer's views of ``allocation`` (see the module docstring).
+def verify_views(
+    placements: Mapping[str, Placement], views_by_layer: Mapping[str, Any], buffers: Sequence[Any]
+) -> None:
+    """Check every layer's views against where the plan places its pages (see the module docstring).
 
+    :param placements: layer name -> where its pages lie; every one of them is checked.
+    :param views_by_layer: layer name -> its view, or a tuple of views.
+    :param buffers: ``buffers[i]`` backs ``Placement.tensor == i``.
     :raises AllocationError: naming the layer, the view and the bytes that disagree.
     """
     cache: RunCache = {}
-    for layer, place in allocation.placements.items():
-        views = allocation.views.get(layer)
+    for layer, place in placements.items():
+        views = views_by_layer.get(layer)
         if views is None:
-            raise AllocationError(f"layer {layer!r} of worker {allocation.worker} has no view")
-        buffer = allocation.buffers[place.tensor]
+            raise AllocationError(f"layer {layer!r} has no view")
+        buffer = buffers[place.tensor]
         items = views if isinstance(views, tuple) else (views,)
         runs: list[tuple[int, int]] = []
         for k, view in enumerate(items):
@@ -142,4 +145,4 @@ def verify_allocation(allocation: Allocation) -> None:
         _check_tiling(layer, runs, place)
 
 
-__all__ = ["MAX_RUNS", "verify_allocation"]
+__all__ = ["MAX_RUNS", "verify_views"]

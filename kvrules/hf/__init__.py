@@ -6,8 +6,18 @@
 ``specs_from_hf`` returns ``(specs, decisions)``. See docs/hf.md.
 """
 
-from kvrules.hf import layers
-from kvrules.hf.align import AlignContext, align_specs, attention_geometry, hybrid_block_size, mamba_page
+from kvrules.hf import layers, mamba
+from kvrules.hf.align import (
+    AlignContext,
+    HybridAlignment,
+    align_specs,
+    apply_hybrid_alignment,
+    attention_geometry,
+    attention_page_per_token,
+    hybrid_block_size,
+    mamba_page,
+    vllm_hybrid_alignment,
+)
 from kvrules.hf.architecture import Architecture
 from kvrules.hf.backends import BACKENDS, AttentionBackend
 from kvrules.hf.build import (
@@ -38,13 +48,18 @@ __all__ = [
     "HFModel",
     "HFModelFile",
     "HFOptions",
+    "HybridAlignment",
     "KVCacheDType",
     "align_specs",
+    "apply_hybrid_alignment",
     "attention_geometry",
+    "attention_page_per_token",
     "build_hf_model",
     "hybrid_block_size",
     "layers",
+    "mamba",
     "mamba_page",
     "model_from_hf",
     "specs_from_hf",
+    "vllm_hybrid_alignment",
 ]

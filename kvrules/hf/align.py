@@ -8,74 +8,23 @@ answer as a decision at stage ``align``.
 
 An aligner reads the situation from :class:`AlignContext` and the helpers below
 (:func:`attention_page_per_token`, :func:`mamba_page`, :func:`hybrid_block_size`).
+:func:`vllm_hybrid_alignment` and :func:`apply_hybrid_alignment` are vLLM's whole choice, as the
+built-in ``hybrid-align`` makes it and other aligners compare against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from math import lcm
-from typing import Any
 
-from kvrules.decisions import DecisionLog
-from kvrules.errors import KVRulesError, PluginError
-from kvrules.hf.backends import AttentionBackend
-from kvrules.hf.settings import BuildSettings
+from kvrules.errors import ConfigError
+from kvrules.plugin.ask import Asker
+from kvrules.plugin.context import AlignContext
 from kvrules.plugin.presets import StrategySet
-from kvrules.plugin.registry import Registries
-from kvrules.plugin.rules import Aligner, Check
 from kvrules.specs import AttentionSpec, FullAttentionSpec, KVCacheSpec, MambaSpec, cdiv
-from kvrules.specs.base import field_names
 
 STAGE = "align"
-
-
-@dataclass
-class AlignContext:
-    """What an aligner may read.
-
-    :ivar settings: the target model's resolved settings (cache block size before alignment,
-        whether the user fixed it, backend, Mamba cache mode and block size, TP, dtypes).
-    :ivar draft_layers: names of the draft model's layers (all other layers are the target's).
-    :ivar decisions: the decision log (the dispatcher records; aligners may add notes).
-    :ivar registries: everything plugins registered.
-    :ivar mamba_chunk_size: the target's Mamba chunk size (``mamba_cache_mode='all'``), if known.
-    :ivar draft_settings: the draft model's settings (its own KV dtype), when there is a draft.
-    """
-
-    settings: BuildSettings
-    draft_layers: frozenset[str] = frozenset()
-    decisions: DecisionLog = field(default_factory=DecisionLog)
-    registries: Registries = field(default_factory=Registries)
-    mamba_chunk_size: int | None = None
-    draft_settings: BuildSettings | None = None
-
-    @property
-    def block_size(self) -> int:
-        """The cache block size before alignment (the user's, or the backend's preferred size)."""
-        return self.settings.block_size
-
-    @property
-    def backend(self) -> AttentionBackend:
-        """The target's attention backend."""
-        return self.settings.backend
-
-    @property
-    def kernel_block_alignment(self) -> int:
-        """``max(smallest kernel block of the backend, cache block size)``: block sizes are multiples of it."""
-        return max(self.backend.min_kernel_block, self.block_size)
-
-    def is_draft(self, layer: str) -> bool:
-        """True when ``layer`` belongs to the draft model."""
-        return layer in self.draft_layers
-
-    def target(self, specs: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
-        """The target model's layers of ``specs``."""
-        return {n: s for n, s in specs.items() if n not in self.draft_layers}
-
-    def draft(self, specs: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
-        """The draft model's layers of ``specs``."""
-        return {n: s for n, s in specs.items() if n in self.draft_layers}
 
 
 def attention_page_per_token(spec: AttentionSpec) -> int:
@@ -123,76 +72,144 @@ def hybrid_block_size(
     return alignment * cdiv(mamba_page_bytes, alignment * attention_bytes_per_token)
 
 
-def _call(rule: Aligner, what: str, registries: Registries, fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except KVRulesError:
-        raise
-    except Exception as exc:
-        raise PluginError(
-            f"rule {rule.name!r} ({registries.provider_of(rule.name)}) raised {type(exc).__name__} in {what}: {exc}"
-        ) from exc
+@dataclass(frozen=True)
+class HybridAlignment:
+    """vLLM's hybrid block-size choice for one target model (:func:`vllm_hybrid_alignment`).
+
+    :ivar block: the aligned cache block size, taken by every attention layer that follows the
+        cache block size (draft included).
+    :ivar mamba_block: the Mamba layers' block size (``align``: ``block``; ``all``: the computed
+        block), or ``None`` when they keep theirs (``none``).
+    :ivar padded_page: the page Mamba pages are padded to, or ``None`` when the attention page
+        already equals the Mamba page.
+    :ivar reason: the formula and figures, as one decision sentence.
+    """
+
+    block: int
+    mamba_block: int | None
+    padded_page: int | None
+    reason: str
 
 
-def verify_alignment(
-    rule: Aligner, old: Mapping[str, KVCacheSpec], new: Any, registries: Registries
+def vllm_hybrid_alignment(specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> HybridAlignment | str:
+    """vLLM's config-time hybrid block size (``Platform._align_hybrid_block_size``, formulas §3.1)
+    for the target's layers of ``specs``, or why there is none to choose (a sentence).
+
+    Only the target's geometry counts: its first full-attention layer's bytes per token
+    (:func:`attention_geometry`) and its largest Mamba page (:func:`mamba_page`), with the
+    backend's kernel alignment, the cache block size as a floor and ``mamba_cache_mode``.
+
+    :raises ConfigError: ``mamba_cache_mode`` is ``all`` and neither the options nor the model
+        give a Mamba chunk size.
+    """
+    target = ctx.target(specs)
+    mamba = mamba_page(target)
+    if mamba is None:
+        return "the target model has no Mamba or linear-attention layer; block sizes stay as configured."
+    geometry = attention_geometry(target)
+    if geometry is None:
+        return "the target model has no attention layer whose page could cover the Mamba page."
+    mamba_layer, page = mamba
+    attn_layer, per_token = geometry
+    mode = ctx.settings.mamba_cache_mode
+    align = ctx.kernel_block_alignment
+    chunk = None
+    if mode == "all":
+        chunk = ctx.settings.options.mamba_block_size or ctx.mamba_chunk_size
+        if chunk is None:
+            raise ConfigError(
+                "mamba_cache_mode 'all' needs the model's Mamba chunk size, and the config has no "
+                "mamba_chunk_size or chunk_size; pass --mamba-block-size"
+            )
+    computed = hybrid_block_size(page, per_token, align, mode=mode, chunk=chunk)
+    block = max(ctx.block_size, computed)
+    attn_page = block * per_token
+    formula = (
+        f"{align} x cdiv({page}, {align} x {per_token})"
+        if mode != "all"
+        else f"lcm({chunk}, {align}) x cdiv(cdiv({page}, {per_token}), lcm({chunk}, {align}))"
+    )
+    how = (
+        f"block size {ctx.block_size} -> {block} tokens ({formula} = {computed})"
+        if block != ctx.block_size
+        else f"block size {block} already covers it ({formula} = {computed})"
+    )
+    if attn_page == page:
+        padding = "no Mamba padding"
+        padded = None
+    else:
+        padding = f"Mamba page padded by {100 * (attn_page - page) / page:.2f}% to {attn_page}"
+        padded = attn_page
+    mamba_block = {"align": block, "all": computed}.get(mode)
+    reason = (
+        f"target attention {per_token} bytes/token ({attn_layer}), Mamba page {page} bytes "
+        f"({mamba_layer}), kernel alignment {align}, mamba_cache_mode {mode}: {how}; attention page "
+        f"{attn_page} bytes, {padding}."
+    )
+    return HybridAlignment(block, mamba_block, padded, reason)
+
+
+def apply_hybrid_alignment(
+    specs: Mapping[str, KVCacheSpec], ctx: AlignContext, alignment: HybridAlignment
 ) -> dict[str, KVCacheSpec]:
-    """Reject an aligner result that changes the layers, their order, types or untouchable fields."""
-    who = f"rule {rule.name!r} ({registries.provider_of(rule.name)})"
-    if not isinstance(new, Mapping):
-        raise PluginError(f"{who} returned {type(new).__name__} from align(), not a mapping of specs")
-    if list(new) != list(old):
-        raise PluginError(f"{who} changed the set or order of layers")
-    for name, spec in new.items():
-        before = old[name]
-        if type(spec) is not type(before):
-            raise PluginError(
-                f"{who} changed layer {name!r} from {type(before).__name__} to {type(spec).__name__}"
-            )
-        changed = [f for f in field_names(type(before)) if getattr(before, f) != getattr(spec, f)]
-        illegal = [f for f in changed if f not in rule.touches]
-        if illegal:
-            raise PluginError(
-                f"{who} changed field(s) {', '.join(illegal)} of layer {name!r}; it may only change "
-                f"{', '.join(sorted(rule.touches))}"
-            )
-    return dict(new)
+    """``specs`` with ``alignment`` applied: attention layers at the cache block size take
+    ``alignment.block``; Mamba layers take ``mamba_block`` and, when their state fits,
+    ``padded_page``. Other layers are unchanged."""
+    out: dict[str, KVCacheSpec] = {}
+    for name, spec in specs.items():
+        if isinstance(spec, AttentionSpec) and spec.block_size == ctx.block_size:
+            spec = spec.evolve(block_size=alignment.block)
+        elif isinstance(spec, MambaSpec):
+            changes: dict[str, int] = {}
+            if alignment.mamba_block is not None:
+                changes["block_size"] = alignment.mamba_block
+            if alignment.padded_page is not None and spec.real_page_size_bytes <= alignment.padded_page:
+                changes["page_size_padded"] = alignment.padded_page
+            if changes:
+                spec = spec.evolve(**changes)
+        out[name] = spec
+    return out
 
 
 def align_specs(
-    specs: Mapping[str, KVCacheSpec], ctx: AlignContext, strategies: StrategySet
+    specs: Mapping[str, KVCacheSpec], ctx: AlignContext, strategies: StrategySet, ask: Asker | None = None
 ) -> dict[str, KVCacheSpec]:
     """Run the active aligners on ``specs``: the first that applies acts (see the module docstring)."""
-    rules = [r for r in strategies.rules("align") if isinstance(r, Aligner)]
+    ask = ask or Asker(ctx.registries, ctx.decisions)
+    rules = strategies.rules("align")
     if not rules:
-        ctx.decisions.record(STAGE, "align", "declined", "No aligner is active in this strategy set.")
+        ask.record(STAGE, "align", "declined", "No aligner is active in this strategy set.")
         return dict(specs)
-    for index, rule in enumerate(rules):
-        check = _call(rule, "check", ctx.registries, rule.check, specs, ctx)
-        if not isinstance(check, Check):
-            raise PluginError(f"rule {rule.name!r} returned {check!r} from check(), not a Check")
-        if not check.applies:
-            ctx.decisions.record(STAGE, rule.name, "declined", check.reason)
+    rule, check, _ = ask.first(rules, STAGE, (specs, ctx))
+    if rule is None:
+        return dict(specs)
+    ask.record(STAGE, rule.name, "applied", check.reason)
+    new = ask.align(rule, specs, ctx)
+    for name, spec in new.items():
+        before = specs[name]
+        if spec == before:
             continue
-        ctx.decisions.record(STAGE, rule.name, "applied", check.reason)
-        new = verify_alignment(
-            rule, specs, _call(rule, "align", ctx.registries, rule.align, specs, ctx), ctx.registries
+        ask.record(
+            STAGE,
+            rule.name,
+            "applied",
+            ask.sentence(rule.kind, rule, "explain", name, before, spec, ctx),
+            layer=name,
+            before=before.summary(),
+            after=spec.summary(),
+            padding_bytes=spec.padding_bytes - before.padding_bytes,
         )
-        for name, spec in new.items():
-            before = specs[name]
-            if spec == before:
-                continue
-            ctx.decisions.record(
-                STAGE,
-                rule.name,
-                "applied",
-                _call(rule, "explain", ctx.registries, rule.explain, name, before, spec, ctx),
-                layer=name,
-                before=before.summary(),
-                after=spec.summary(),
-                padding_bytes=spec.padding_bytes - before.padding_bytes,
-            )
-        for later in rules[index + 1 :]:
-            ctx.decisions.record(STAGE, later.name, "declined", f"{rule.name} already aligned the specs.")
-        return new
-    return dict(specs)
+    for later in rules[rules.index(rule) + 1 :]:
+        ask.record(STAGE, later.name, "declined", f"{rule.name} already aligned the specs.")
+    return new
+
+
+__all__ = [
+    "STAGE",
+    "AlignContext",
+    "attention_page_per_token",
+    "attention_geometry",
+    "mamba_page",
+    "hybrid_block_size",
+    "align_specs",
+]

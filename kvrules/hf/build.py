@@ -23,12 +23,13 @@ from kvrules.hf.architecture import Architecture
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.hf.config import HFConfig
 from kvrules.hf.options import HFOptions
-from kvrules.hf.select import STAGE, call_architecture, check_built, record_built, select_architecture
+from kvrules.hf.select import STAGE, record_built, select_architecture
 from kvrules.hf.settings import BuildSettings, resolve_settings
 from kvrules.model import ModelFile
-from kvrules.plugin.manager import KVRulesPluginManager, default_plugin_manager
-from kvrules.plugin.presets import StrategySpec, resolve_strategies
-from kvrules.plugin.registry import ArchitectureRegistry
+from kvrules.pipeline import grouping_with
+from kvrules.plugin.ask import Asker
+from kvrules.plugin.manager import KVRulesPluginManager, default_manager
+from kvrules.plugin.presets import StrategySet, StrategySpec, resolve_strategies
 from kvrules.specs import KVCacheSpec
 
 DRAFT_PREFIX = "draft."
@@ -136,14 +137,10 @@ class HFModelFile(ModelFile):
 
 
 def _settings(
-    config: HFConfig,
-    arch: Architecture,
-    options: HFOptions,
-    registry: ArchitectureRegistry,
-    kv: str | None = None,
+    config: HFConfig, arch: Architecture, options: HFOptions, ask: Asker, kv: str | None = None
 ) -> BuildSettings:
-    mla = bool(call_architecture(registry, arch, "uses_mla", arch.uses_mla, config))
-    ssm = call_architecture(registry, arch, "mamba_ssm_dtype_default", arch.mamba_ssm_dtype_default, config)
+    mla = bool(ask.call("architecture", arch, "uses_mla", config))
+    ssm = ask.call("architecture", arch, "mamba_ssm_dtype_default", config)
     return resolve_settings(config, options, mla=mla, ssm_dtype_default=str(ssm), kv_cache_dtype=kv)
 
 
@@ -165,6 +162,116 @@ def _draft_options(options: HFOptions, mla: bool) -> HFOptions:
     return options
 
 
+@dataclass
+class _Build:
+    """What one build has made so far (the target first, then the draft)."""
+
+    options: HFOptions
+    ask: Asker
+    config: HFConfig
+    arch: Architecture
+    settings: BuildSettings
+    specs: dict[str, KVCacheSpec]
+    engine: dict[str, Any]
+    draft: BuiltModel | None = None
+    draft_specs: dict[str, KVCacheSpec] = field(default_factory=dict)
+    draft_kind: str | None = None
+
+
+def _build_target(cfg: HFConfig, options: HFOptions, ask: Asker) -> _Build:
+    arch, check = select_architecture(cfg, ask, role="target")
+    settings = _settings(cfg, arch, options, ask)
+    specs = ask.build(arch, cfg, settings)
+    engine: dict[str, Any] = {}
+    if settings.max_model_len is not None:
+        engine["max_model_len"] = settings.max_model_len
+    arch_engine, engine_note = ask.call("architecture", arch, "engine_settings", cfg, settings)
+    engine.update(arch_engine)
+    notes = [*settings.notes, f"tensor_parallel_size {settings.tp}"]
+    if engine_note:
+        notes.append(f"{engine_note}: {arch_engine}")
+    record_built(cfg, arch, check, specs, ask, role="target", notes="; ".join(notes))
+    return _Build(options, ask, cfg, arch, settings, specs, engine)
+
+
+def _add_mtp_draft(build: _Build) -> None:
+    cfg, arch, ask, options = build.config, build.arch, build.ask, build.options
+    count = int(ask.call("architecture", arch, "mtp_layer_count", cfg))
+    if count <= 0:
+        raise ModelFileError(
+            f"{cfg.source}: draft 'mtp' needs multi-token-prediction layers, but the config has no "
+            f"{cfg.where('num_nextn_predict_layers')!r} > 0; give the draft model's config instead"
+        )
+    d_settings = build.settings
+    if options.draft_kv_cache_dtype is not None:
+        d_settings = _settings(cfg, arch, options, ask, kv=options.draft_kv_cache_dtype)
+    built = ask.build(arch, cfg, d_settings, "mtp_specs", count)
+    build.draft_specs = _prefixed(built, build.specs, cfg.source)
+    ask.record(
+        STAGE,
+        arch.name,
+        "applied",
+        f"draft: {count} multi-token-prediction layer(s) of {cfg.title} "
+        f"({cfg.where('num_nextn_predict_layers')}), kv cache {d_settings.kv.describe()}.",
+    )
+    k = options.num_speculative_tokens
+    if min(count, k) > 1:
+        build.engine["extra_retained_tokens"] = k - 1
+        ask.record(
+            STAGE,
+            arch.name,
+            "applied",
+            f"multi-module MTP with {k} speculative tokens: sliding-window layers keep {k - 1} extra "
+            "tokens (EngineConfig.extra_retained_tokens, as vLLM 0.28).",
+        )
+    build.draft = BuiltModel(cfg, arch.name, d_settings, tuple(build.draft_specs))
+    build.draft_kind = MTP
+
+
+def _add_model_draft(build: _Build, draft: ConfigInput) -> None:
+    ask, settings = build.ask, build.settings
+    dcfg = as_config(draft, "draft")
+    darch, dcheck = select_architecture(dcfg, ask, role="draft")
+    dmla = bool(ask.call("architecture", darch, "uses_mla", dcfg))
+    d_settings = _settings(
+        dcfg, darch, _draft_options(build.options, dmla), ask, kv=build.options.draft_kv_cache_dtype
+    )
+    d_settings = dataclasses.replace(
+        d_settings,
+        block_size=settings.block_size,
+        user_block_size=settings.user_block_size,
+        mamba_block_size=settings.mamba_block_size,
+        max_model_len=settings.max_model_len,
+    )
+    build.draft_specs = _prefixed(ask.build(darch, dcfg, d_settings), build.specs, dcfg.source)
+    record_built(
+        dcfg,
+        darch,
+        dcheck,
+        build.draft_specs,
+        ask,
+        role="draft",
+        notes=f"layers prefixed {DRAFT_PREFIX!r}; kv cache {d_settings.kv.describe()}; "
+        f"the target's cache block size {settings.block_size}",
+    )
+    build.draft = BuiltModel(dcfg, darch.name, d_settings, tuple(build.draft_specs))
+    build.draft_kind = "model"
+
+
+def _align(build: _Build, strategy_set: StrategySet) -> dict[str, KVCacheSpec]:
+    ask = build.ask
+    ctx = AlignContext(
+        settings=build.settings,
+        draft_layers=frozenset(build.draft_specs),
+        decisions=ask.decisions,
+        registries=ask.registries,
+        mamba_chunk_size=ask.call("architecture", build.arch, "mamba_chunk_size", build.config),
+        draft_settings=build.draft.settings if build.draft else None,
+        group_with=grouping_with(ask.registries),
+    )
+    return align_specs({**build.specs, **build.draft_specs}, ctx, strategy_set, ask)
+
+
 def build_hf_model(
     config: ConfigInput,
     draft: ConfigInput | None = None,
@@ -179,120 +286,27 @@ def build_hf_model(
     :param draft: the draft model's config, ``"mtp"`` for the target's MTP layers, or ``None``.
     :param options: engine options (:class:`HFOptions`); defaults when omitted.
     :param strategies: the strategy set whose ``align`` rules run (as :class:`kvrules.Planner` takes it).
-    :param plugin_manager: a manager from :func:`kvrules.get_plugin_manager` (the default when omitted).
+    :param plugin_manager: where architectures and aligners come from
+        (:func:`kvrules.plugin.default_manager` when omitted).
     :raises ModelFileError: unreadable config, missing/invalid field, unknown architecture.
     :raises ConfigError: an option that does not fit the model.
     """
     options = options or HFOptions()
-    pm = plugin_manager or default_plugin_manager()
-    registries = pm.registries
-    registry = registries.architectures
+    registries = (plugin_manager or default_manager()).registries
     strategy_set = resolve_strategies(strategies, registries.rules)
-    log = DecisionLog()
-
-    cfg = as_config(config, "target")
-    arch, check = select_architecture(cfg, registry, log, role="target")
-    settings = _settings(cfg, arch, options, registry)
-    specs = check_built(arch, registry, call_architecture(registry, arch, "build", arch.build, cfg, settings))
-    engine: dict[str, Any] = {}
-    if settings.max_model_len is not None:
-        engine["max_model_len"] = settings.max_model_len
-    arch_engine, engine_note = call_architecture(
-        registry, arch, "engine_settings", arch.engine_settings, cfg, settings
-    )
-    engine.update(arch_engine)
-    notes = [*settings.notes, f"tensor_parallel_size {settings.tp}"]
-    if engine_note:
-        notes.append(f"{engine_note}: {arch_engine}")
-    record_built(cfg, arch, check, specs, log, role="target", notes="; ".join(notes))
-    target = BuiltModel(cfg, arch.name, settings, tuple(specs))
-
-    draft_model: BuiltModel | None = None
-    draft_specs: dict[str, KVCacheSpec] = {}
-    draft_kind: str | None = None
+    build = _build_target(as_config(config, "target"), options, Asker(registries, DecisionLog()))
     if isinstance(draft, str) and draft == MTP:
-        draft_kind = MTP
-        count = int(call_architecture(registry, arch, "mtp_layer_count", arch.mtp_layer_count, cfg))
-        if count <= 0:
-            raise ModelFileError(
-                f"{cfg.source}: draft 'mtp' needs multi-token-prediction layers, but the config has no "
-                f"{cfg.where('num_nextn_predict_layers')!r} > 0; give the draft model's config instead"
-            )
-        d_settings = settings
-        if options.draft_kv_cache_dtype is not None:
-            d_settings = _settings(cfg, arch, options, registry, kv=options.draft_kv_cache_dtype)
-        built = check_built(
-            arch,
-            registry,
-            call_architecture(registry, arch, "mtp_specs", arch.mtp_specs, cfg, d_settings, count),
-        )
-        draft_specs = _prefixed(built, specs, cfg.source)
-        log.record(
-            STAGE,
-            arch.name,
-            "applied",
-            f"draft: {count} multi-token-prediction layer(s) of {cfg.title} "
-            f"({cfg.where('num_nextn_predict_layers')}), kv cache {d_settings.kv.describe()}.",
-        )
-        k = options.num_speculative_tokens
-        if min(count, k) > 1:
-            engine["extra_retained_tokens"] = k - 1
-            log.record(
-                STAGE,
-                arch.name,
-                "applied",
-                f"multi-module MTP with {k} speculative tokens: sliding-window layers keep {k - 1} extra "
-                "tokens (EngineConfig.extra_retained_tokens, as vLLM 0.28).",
-            )
-        draft_model = BuiltModel(cfg, arch.name, d_settings, tuple(draft_specs))
+        _add_mtp_draft(build)
     elif draft is not None:
-        draft_kind = "model"
-        dcfg = as_config(draft, "draft")
-        darch, dcheck = select_architecture(dcfg, registry, log, role="draft")
-        dmla = bool(call_architecture(registry, darch, "uses_mla", darch.uses_mla, dcfg))
-        d_settings = _settings(
-            dcfg, darch, _draft_options(options, dmla), registry, kv=options.draft_kv_cache_dtype
-        )
-        d_settings = dataclasses.replace(
-            d_settings,
-            block_size=settings.block_size,
-            user_block_size=settings.user_block_size,
-            mamba_block_size=settings.mamba_block_size,
-            max_model_len=settings.max_model_len,
-        )
-        built = check_built(
-            darch, registry, call_architecture(registry, darch, "build", darch.build, dcfg, d_settings)
-        )
-        draft_specs = _prefixed(built, specs, dcfg.source)
-        record_built(
-            dcfg,
-            darch,
-            dcheck,
-            draft_specs,
-            log,
-            role="draft",
-            notes=f"layers prefixed {DRAFT_PREFIX!r}; kv cache {d_settings.kv.describe()}; "
-            f"the target's cache block size {settings.block_size}",
-        )
-        draft_model = BuiltModel(dcfg, darch.name, d_settings, tuple(draft_specs))
-
-    chunk = call_architecture(registry, arch, "mamba_chunk_size", arch.mamba_chunk_size, cfg)
-    ctx = AlignContext(
-        settings=settings,
-        draft_layers=frozenset(draft_specs),
-        decisions=log,
-        registries=registries,
-        mamba_chunk_size=chunk,
-        draft_settings=draft_model.settings if draft_model else None,
-    )
-    aligned = align_specs({**specs, **draft_specs}, ctx, strategy_set)
+        _add_model_draft(build, draft)
+    aligned = _align(build, strategy_set)
     return HFModel(
         specs=aligned,
-        decisions=tuple(log.items),
-        target=target,
-        draft=draft_model,
-        draft_kind=draft_kind,
-        engine=engine,
+        decisions=tuple(build.ask.decisions.items),
+        target=BuiltModel(build.config, build.arch.name, build.settings, tuple(build.specs)),
+        draft=build.draft,
+        draft_kind=build.draft_kind,
+        engine=build.engine,
         options=options,
     )
 

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import structlog
-
+from kvrules import logs
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
 from kvrules.errors import CapacityError, ConfigError, GroupingError
@@ -47,13 +46,13 @@ from kvrules.integrations.vllm_specs import (
     vllm_version,
 )
 from kvrules.pipeline import Planner
+from kvrules.pipeline.convert import convert
 from kvrules.plan import KVCacheGroup, Plan, WorkerPlan
 from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.plugin.presets import StrategySpec
 from kvrules.specs import MambaSpec, SlidingWindowSpec
 from kvrules.specs.base import KVCacheSpec
 
-log = structlog.get_logger("kvrules")
 #: vLLM's operators read vLLM's log: the decisions vLLM itself reports there are repeated here
 vllm_log = logging.getLogger("vllm.kvrules")
 
@@ -161,10 +160,10 @@ def _route(
     planner: Planner, specs: Mapping[str, KVCacheSpec], config: EngineConfig
 ) -> tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec], tuple[Decision, ...]]:
     """Convert and route ``specs`` with ``planner``'s rules, as ``Planner.plan`` does before layout."""
-    ctx = planner._context(config)
-    converted = planner._convert(specs, ctx)
-    _, groups = planner._route(converted, ctx)
-    return groups, converted, tuple(ctx.decisions.items)
+    ctx, ask = planner.context(config)
+    converted = convert(specs, ctx, ask)
+    grouping = planner.group(converted, ctx, ask)
+    return list(grouping.groups), converted, tuple(ctx.decisions.items)
 
 
 def _check_same_across_workers(kv_cache_specs: Sequence[Mapping[str, Any]]) -> None:
@@ -448,7 +447,7 @@ def install(
             adapter = current.adapter
         patched = (current.patched if current is not None else []) + fresh
         _installation = _Installation(adapter, patched)
-    log.info(
+    logs.info(
         "kvrules.vllm.installed",
         strategy_set=adapter.planner.strategies.name,
         vllm_version=vllm_version(),
@@ -473,7 +472,7 @@ def uninstall() -> None:
                 if module.__dict__.get(name) is _DROP_INS[name]:
                     setattr(module, name, original)
         _installation = None
-    log.info("kvrules.vllm.uninstalled", restored=len(current.patched))
+    logs.info("kvrules.vllm.uninstalled", restored=len(current.patched))
 
 
 def installed_strategies() -> str | None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from kvrules.dtypes import dtype_name, to_torch
 from kvrules.errors import KVRulesError, SpecError
+from kvrules.plugin.manager import default_manager
 from kvrules.specs.base import KVCacheSpec, KVQuantMode
 
 #: the vLLM module that defines the spec, group, tensor and config classes
@@ -156,9 +157,7 @@ def kvrules_classes_by_name(spec_types: Mapping[str, type[KVCacheSpec]]) -> dict
 
 
 def _default_spec_types() -> Mapping[str, type[KVCacheSpec]]:
-    from kvrules.plugin.manager import default_registries
-
-    return default_registries().spec_types.classes
+    return default_manager().registries.spec_types.classes
 
 
 # -- vLLM -> kvrules ---------------------------------------------------------------------------
