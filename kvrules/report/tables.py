@@ -6,11 +6,10 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from kvrules.pipeline.capacity import blocks_per_request
 from kvrules.plan import Plan
-from kvrules.plugin.presets import StrategySet
+from kvrules.plugin.presets import StrategySet, presets_of
 from kvrules.plugin.registry import Registries
-from kvrules.specs.uniform import UniformTypeKVCacheSpecs
+from kvrules.report.groups import first_names, group_facts
 from kvrules.units import format_size
 
 
@@ -26,11 +25,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
     return "\n".join(lines)
 
 
-def _names(names: Sequence[str], limit: int = 3) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... (+{len(names) - limit})" if len(names) > limit else "")
-
-
 def render_plan(plan: Plan, title: str) -> str:
     """The summary a person reads: groups, tensors, capacity and the decisions that changed something."""
     out = [f"{title}", f"strategy set: {plan.strategy_set}   route: {plan.route}"]
@@ -38,26 +32,19 @@ def render_plan(plan: Plan, title: str) -> str:
     out.append(f"layers: {len(plan.specs)} ({', '.join(f'{n} {t}' for t, n in types.most_common())})")
     out.append("")
     out.append(f"KV-cache groups ({len(plan.groups)}):")
-    rows = []
-    for i, g in enumerate(plan.groups):
-        spec = g.spec
-        kind = spec.type_name
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            kinds = sorted({m.type_name for m in spec.kv_cache_specs.values()})
-            kind = f"uniform_type[{','.join(kinds)}]"
-        padded = spec.page_size_bytes - spec.real_page_size_bytes
-        rows.append(
-            [
-                i,
-                len(g.layer_names),
-                kind,
-                spec.block_size,
-                f"{spec.page_size_bytes:,}",
-                f"{padded:,}" if padded else "-",
-                blocks_per_request(spec, plan.config),
-                _names(list(g.layer_names), 2),
-            ]
-        )
+    rows = [
+        [
+            f.index,
+            f.layer_count,
+            f.kind,
+            f.block_size,
+            f"{f.page_bytes:,}",
+            f"{f.padding_bytes:,}" if f.padding_bytes else "-",
+            f.blocks_per_request,
+            f.first_layers(2),
+        ]
+        for f in group_facts(plan)
+    ]
     out.append(
         table(["#", "layers", "type", "block", "page B", "padding B", "blocks/req", "first layers"], rows)
     )
@@ -75,7 +62,7 @@ def render_plan(plan: Plan, title: str) -> str:
                 tensor.offset,
                 tensor.block_stride,
                 len(tensor.shared_by),
-                _names(list(tensor.shared_by), 2),
+                first_names(tensor.shared_by, 2),
             ]
             for t, tensor in enumerate(worker.tensors[:12])
         ]
@@ -108,7 +95,7 @@ def render_plan(plan: Plan, title: str) -> str:
         out.append("")
         out.append("per-layer decisions (applied):")
         rows = [
-            [stage, rule, len(layers), reason, _names(layers, 2)]
+            [stage, rule, len(layers), reason, first_names(layers, 2)]
             for (stage, rule, reason), layers in applied.items()
         ]
         out.append(table(["stage", "rule", "layers", "reason", "layers (first)"], rows))
@@ -142,7 +129,7 @@ def render_rules(registries: Registries, active: StrategySet) -> str:
     out.append("")
     out.append("presets:")
     presets = [["default", "every rule marked default (built-ins and installed plugins)"]]
-    presets += [[n, ", ".join(names)] for n, names in sorted(registries.rules.presets.items())]
+    presets += [[n, ", ".join(names)] for n, names in sorted(presets_of(registries.rules).items())]
     out.append(table(["name", "rules"], presets))
     out.append("")
     out.append("spec types:")
