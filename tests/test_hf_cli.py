@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli as run
 
-from kvrules.cli.progress import Progress, progress
+from kvrules.cli.progress import Progress
 from kvrules.hf.examples import hf_example_names, load_hf_example_info
 
 QWEN = Path(load_hf_example_info("hf-qwen3-coder-next").path)
@@ -133,7 +133,9 @@ class _Tty(io.StringIO):
 
 def test_progress_only_on_a_terminal() -> None:
     quiet = io.StringIO()
-    assert list(progress(range(3), 3, "x", stream=quiet)) == [0, 1, 2]
+    with Progress(3, "x", stream=quiet) as bar:
+        for _ in range(3):
+            bar.update()
     assert quiet.getvalue() == ""
     tty = _Tty()
     with Progress(2, "sweep", stream=tty) as bar:

@@ -11,7 +11,6 @@ import argparse
 import json
 import re
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from kvrules.allocation import Allocation, LayoutChoice, allocate, choose_allocator
@@ -25,10 +24,11 @@ from kvrules.cli.common import (
     plugin_manager_from,
     strategies_from,
 )
-from kvrules.decisions import DecisionLog
 from kvrules.errors import ConfigError
 from kvrules.model import ModelFile
 from kvrules.pipeline import Planner
+from kvrules.plan import Plan
+from kvrules.plugin.ask import Asker
 from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.report.tables import table
 from kvrules.units import format_size, parse_size
@@ -54,7 +54,7 @@ def resolve_memory(
 
     :raises ConfigError: a fraction for a device that reports no free memory, or no memory at all.
     """
-    chosen = choose_allocator(pm.registries.allocators, device, allocator, DecisionLog())
+    chosen = choose_allocator(pm.registries.allocators, device, allocator, Asker(pm.registries))
     info = chosen.device_memory(device)
     if text is None:
         if info is None:
@@ -139,6 +139,45 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed_allocate(
+    plan: Plan, args: argparse.Namespace, layout: LayoutChoice, pm: KVRulesPluginManager
+) -> tuple[Allocation, float]:
+    """Allocate ``--worker`` of ``plan`` on ``--device``, and the seconds that took (torch's import
+    excluded, the device synchronised)."""
+    _import_torch()
+    start = time.perf_counter()
+    allocation = allocate(plan, args.device, args.worker, layout, allocator=args.allocator, plugin_manager=pm)
+    _synchronize(allocation.device)
+    return allocation, time.perf_counter() - start
+
+
+def allocation_report(
+    plan: Plan, allocation: Allocation, memory: list[int], seconds: float, verified: bool
+) -> dict[str, Any]:
+    """The ``--json`` report: the memory planned with, the plan in brief and the allocation."""
+    return {
+        "memory": memory,
+        "plan": {
+            "route": plan.route,
+            "groups": len(plan.groups),
+            "layers": len(plan.specs),
+            "num_blocks": plan.num_blocks,
+            "max_model_len": plan.max_model_len,
+            "max_concurrency": plan.max_concurrency,
+        },
+        "allocation": allocation.summary(),
+        "seconds": seconds,
+        "verified": verified,
+    }
+
+
+def _plan_line(plan: Plan) -> str:
+    return (
+        f"plan: route {plan.route}, groups {len(plan.groups)}, layers {len(plan.specs)}, num_blocks "
+        f"{plan.num_blocks}, max concurrency {plan.max_concurrency:.4g} at max_model_len {plan.max_model_len}"
+    )
+
+
 def cmd_allocate(args: argparse.Namespace) -> int:
     pm = plugin_manager_from(args)
     model, title = load_model(args, pm)
@@ -148,43 +187,15 @@ def cmd_allocate(args: argparse.Namespace) -> int:
     check_layout_names(pm.registries.allocators, layout)
     memory, memory_line = resolve_memory(args.memory, model, args.device, pm, args.allocator)
     plan = Planner(strategies_from(args), plugin_manager=pm).plan(model.worker_specs(), memory, config)
-    _import_torch()
-    start = time.perf_counter()
-    allocation = allocate(
-        plan,
-        args.device,
-        args.worker,
-        layout_choice(args.layout),
-        allocator=args.allocator,
-        plugin_manager=pm,
-    )
-    _synchronize(allocation.device)
-    seconds = time.perf_counter() - start
+    allocation, seconds = timed_allocate(plan, args, layout, pm)
     if not args.no_verify:
         allocation.verify()
     if args.json:
-        report: Mapping[str, Any] = {
-            "memory": memory,
-            "plan": {
-                "route": plan.route,
-                "groups": len(plan.groups),
-                "layers": len(plan.specs),
-                "num_blocks": plan.num_blocks,
-                "max_model_len": plan.max_model_len,
-                "max_concurrency": plan.max_concurrency,
-            },
-            "allocation": allocation.summary(),
-            "seconds": seconds,
-            "verified": not args.no_verify,
-        }
-        print(json.dumps(report, indent=2))
+        print(json.dumps(allocation_report(plan, allocation, memory, seconds, not args.no_verify), indent=2))
         return 0
     print(f"kvrules allocate: {title} on {allocation.device}")
     print(memory_line)
-    print(
-        f"plan: route {plan.route}, groups {len(plan.groups)}, layers {len(plan.specs)}, num_blocks "
-        f"{plan.num_blocks}, max concurrency {plan.max_concurrency:.4g} at max_model_len {plan.max_model_len}"
-    )
+    print(_plan_line(plan))
     print(render_allocation(allocation, seconds, not args.no_verify))
     return 0
 
@@ -222,4 +233,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_allocate)
 
 
-__all__ = ["layout_choice", "register", "render_allocation", "resolve_memory"]
+__all__ = [
+    "allocation_report",
+    "layout_choice",
+    "register",
+    "render_allocation",
+    "resolve_memory",
+    "timed_allocate",
+]

@@ -15,7 +15,7 @@ from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, ModelFileError
 from kvrules.examples import load_example
 from kvrules.model import ModelFile, load_model_file
-from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.manager import KVRulesPluginManager, enable_trace, get_plugin_manager
 from kvrules.units import parse_sizes
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -65,8 +65,6 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 
 def plugin_manager_from(args: argparse.Namespace) -> KVRulesPluginManager:
     """A plugin manager honouring ``--block``, ``--no-autoload`` and ``--trace``."""
-    from kvrules.plugin.manager import enable_trace
-
     pm = get_plugin_manager(autoload=not args.no_autoload, blocked=args.block)
     if args.trace:
         enable_trace(pm)

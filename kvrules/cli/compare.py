@@ -27,6 +27,7 @@ from kvrules.cli.common import (
 )
 from kvrules.config import EngineConfig
 from kvrules.errors import KVRulesError
+from kvrules.hf.build import MTP, HFModel, build_hf_model
 from kvrules.model import ModelFile
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan
@@ -77,9 +78,7 @@ def padding_slots(plan: Plan) -> int:
     waste = getattr(plan, "waste", None)
     if waste is not None:
         return int(waste.padding_slots)
-    from kvrules.specs.uniform import UniformTypeKVCacheSpecs
-
-    plain = [g for g in plan.groups if not isinstance(g.spec, UniformTypeKVCacheSpecs) and g.layer_names]
+    plain = [g for g in plan.groups if not g.spec.has_members and g.layer_names]
     if not plain:
         return 0
     width = max(len(g.layer_names) for g in plain)
@@ -106,10 +105,6 @@ def figures_of(plan: Plan, label: str) -> SetResult:
 def specs_for(model: ModelFile, strategies: str | list[str], pm: KVRulesPluginManager) -> ModelFile:
     """``model`` itself, or, when it was built from a Hugging Face config, rebuilt with the set's aligners."""
     hf = getattr(model, "hf", None)
-    if hf is None:
-        return model
-    from kvrules.hf.build import MTP, HFModel, build_hf_model
-
     if not isinstance(hf, HFModel):
         return model
     draft: Any = MTP if hf.draft_kind == MTP else (hf.draft.config if hf.draft is not None else None)

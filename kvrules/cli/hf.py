@@ -14,6 +14,7 @@ from typing import Any
 from kvrules.errors import ConfigError, ModelFileError
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.hf.build import MTP, HFModelFile, model_from_hf
+from kvrules.hf.examples import load_hf_example
 from kvrules.hf.options import KV_CACHE_DTYPES, MAMBA_DTYPES, HFOptions
 from kvrules.model import ModelFile
 from kvrules.plan import Plan
@@ -131,8 +132,6 @@ def hf_model_from_args(
         )
         return model, str(hf_config)
     if example and example.startswith("hf-"):
-        from kvrules.hf.examples import load_hf_example
-
         overrides = option_overrides(args)
         if getattr(args, "draft", None) is not None:
             raise ConfigError(f"example {example!r} brings its own draft; use --hf-config to choose another")

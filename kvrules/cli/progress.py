@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import TextIO, TypeVar
-
-T = TypeVar("T")
+from typing import TextIO
 
 
 class Progress:
@@ -62,11 +59,3 @@ class Progress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def progress(items: Iterable[T], total: int, label: str, stream: TextIO | None = None) -> Iterator[T]:
-    """Yield ``items``, updating a :class:`Progress` line after each."""
-    with Progress(total, label, stream) as bar:
-        for item in items:
-            yield item
-            bar.update()

@@ -12,19 +12,45 @@ import itertools
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
 from kvrules.cli.progress import Progress
+from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
 from kvrules.hf.build import MTP, build_hf_model
+from kvrules.hf.examples import load_hf_example_info
 from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
 from kvrules.pipeline import Planner
 from kvrules.report.summary import efficiency
 from kvrules.report.tables import table
-from kvrules.units import format_size
+from kvrules.units import format_size, parse_sizes
 
 AXES = ("tensor_parallel_size", "kv_cache_dtype", "num_speculative_tokens")
+
+#: option flags a sweep passes on unchanged to every combination
+FIXED_FLAGS = (
+    "block_size",
+    "mamba_cache_mode",
+    "mamba_ssm_cache_dtype",
+    "attention_backend",
+    "draft_kv_cache_dtype",
+)
+
+#: the sweep table's columns
+HEADERS = (
+    "tp",
+    "kv dtype",
+    "spec tokens",
+    "block",
+    "groups",
+    "num_blocks",
+    "max conc.",
+    "capacity tokens",
+    "efficiency",
+    "status",
+)
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -57,8 +83,6 @@ def sweep_row(
     pm: Any,
 ) -> dict[str, Any]:
     """Build and plan one combination; a :class:`KVRulesError` becomes the row's ``error``."""
-    from kvrules.config import EngineConfig
-
     row: dict[str, Any] = {axis: getattr(options, axis) for axis in AXES}
     try:
         model = build_hf_model(config, draft, options, strategies=strategies_from(args), plugin_manager=pm)
@@ -83,41 +107,67 @@ def sweep_row(
     return row
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from kvrules.hf.examples import load_hf_example_info
-    from kvrules.units import parse_sizes
+@dataclass
+class SweepInput:
+    """What every combination of a sweep shares: the model's configs, the option values the axes
+    do not vary, the memory per worker and the engine settings."""
 
-    pm = plugin_manager_from(args)
-    fixed: dict[str, Any] = {}
-    for flag in (
-        "block_size",
-        "mamba_cache_mode",
-        "mamba_ssm_cache_dtype",
-        "attention_backend",
-        "draft_kv_cache_dtype",
-    ):
-        if getattr(args, flag, None) is not None:
-            fixed[flag] = getattr(args, flag)
+    config: Any
+    draft: Any
+    base: dict[str, Any]
+    memory: list[int]
+    engine: dict[str, Any]
+
+
+def _fixed_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`HFOptions` fields set on the command line that no axis varies."""
+    fixed = {flag: getattr(args, flag) for flag in FIXED_FLAGS if getattr(args, flag, None) is not None}
+    if args.max_model_len is not None:
+        fixed["max_model_len"] = int(args.max_model_len)
+    return fixed
+
+
+def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Engine settings given on the command line."""
     engine: dict[str, Any] = {}
     if args.max_model_len is not None:
         engine["max_model_len"] = int(args.max_model_len)
-        fixed["max_model_len"] = int(args.max_model_len)
     if args.max_num_batched_tokens is not None:
         engine["max_num_batched_tokens"] = args.max_num_batched_tokens
+    return engine
+
+
+def sweep_input(args: argparse.Namespace) -> SweepInput:
+    """The model and settings to sweep, from ``--example`` or ``--hf-config`` and the flags.
+
+    :raises ModelFileError: neither ``--example`` nor ``--hf-config``.
+    :raises ConfigError: no memory from ``--memory`` or the example.
+    """
+    fixed, engine = _fixed_options(args), _engine_overrides(args)
     if args.example:
         example = load_hf_example_info(args.example)
-        config, draft = example.config, example.draft
-        base = {**example.options.to_dict(), **fixed}
-        memory = parse_sizes(args.memory) if args.memory else (example.available_memory or [])
-        engine = {**example.engine, **engine}
+        found = SweepInput(
+            example.config,
+            example.draft,
+            {**example.options.to_dict(), **fixed},
+            parse_sizes(args.memory) if args.memory else (example.available_memory or []),
+            {**example.engine, **engine},
+        )
     elif args.hf_config:
-        config, draft = args.hf_config, (MTP if args.draft == MTP else args.draft)
-        base = dict(fixed)
-        memory = parse_sizes(args.memory) if args.memory else []
+        draft = MTP if args.draft == MTP else args.draft
+        found = SweepInput(
+            args.hf_config, draft, fixed, parse_sizes(args.memory) if args.memory else [], engine
+        )
     else:
         raise ModelFileError("give --hf-config PATH or --example hf-NAME")
-    if not memory:
+    if not found.memory:
         raise ConfigError("no memory given: pass --memory (e.g. 70GiB)")
+    return found
+
+
+def combinations(args: argparse.Namespace, base: dict[str, Any]) -> list[tuple[int, str, int]]:
+    """Every (TP size, KV-cache dtype, speculative tokens) to plan; an axis not given on the
+    command line takes its one value from ``base``."""
     tps = _ints(args.tp, "--tp") if args.tp else [base.get("tensor_parallel_size", 1)]
     kvs = _dtypes(args.kv_cache_dtype) if args.kv_cache_dtype else [base.get("kv_cache_dtype", "auto")]
     ks = (
@@ -125,72 +175,60 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.num_speculative_tokens
         else [base.get("num_speculative_tokens", 0)]
     )
-    combos = list(itertools.product(tps, kvs, ks))
+    return list(itertools.product(tps, kvs, ks))
+
+
+def run_sweep(
+    found: SweepInput, combos: list[tuple[int, str, int]], args: argparse.Namespace, pm: Any
+) -> list[dict[str, Any]]:
+    """One :func:`sweep_row` per combination, with a progress line on a terminal."""
     rows = []
     with Progress(len(combos), "kvrules sweep") as bar:
         for tp, kv, k in combos:
             options = HFOptions.from_dict(
-                {**base, "tensor_parallel_size": tp, "kv_cache_dtype": kv, "num_speculative_tokens": k}
+                {**found.base, "tensor_parallel_size": tp, "kv_cache_dtype": kv, "num_speculative_tokens": k}
             )
-            rows.append(sweep_row(config, draft, options, memory, engine, args, pm))
+            rows.append(sweep_row(found.config, found.draft, options, found.memory, found.engine, args, pm))
             bar.update(f"tp {tp} {kv} k={k}")
+    return rows
+
+
+def _table_row(row: dict[str, Any]) -> list[Any]:
+    """One row of the sweep table: the combination, then its figures or its error."""
+    axes = [row[axis] for axis in AXES]
+    if "error" in row:
+        return [*axes, *["-"] * 6, "error: " + row["error"][:100]]
+    eff = "-" if row["efficiency"] is None else f"{100 * row['efficiency']:.1f}%"
+    mc = "unlimited" if row["max_concurrency"] is None else f"{row['max_concurrency']:.2f}"
+    return [
+        *axes,
+        row["block_size"],
+        row["groups"],
+        f"{row['num_blocks']:,}",
+        mc,
+        f"{row['capacity_tokens']:,}",
+        eff,
+        "ok",
+    ]
+
+
+def render_sweep(rows: list[dict[str, Any]], title: str, memory: list[int]) -> str:
+    """The sweep report: a heading line and one table row per combination."""
+    heading = (
+        f"kvrules sweep: {title} ({len(rows)} combinations, memory per worker "
+        f"{', '.join(format_size(m) for m in memory)})"
+    )
+    return heading + "\n" + table(list(HEADERS), [_table_row(r) for r in rows])
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    pm = plugin_manager_from(args)
+    found = sweep_input(args)
+    rows = run_sweep(found, combinations(args, found.base), args, pm)
     if args.json:
         print(json.dumps(rows, indent=1))
-        return 0
-    body = []
-    for r in rows:
-        if "error" in r:
-            body.append(
-                [
-                    r["tensor_parallel_size"],
-                    r["kv_cache_dtype"],
-                    r["num_speculative_tokens"],
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "error: " + r["error"][:100],
-                ]
-            )
-            continue
-        eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
-        mc = "unlimited" if r["max_concurrency"] is None else f"{r['max_concurrency']:.2f}"
-        body.append(
-            [
-                r["tensor_parallel_size"],
-                r["kv_cache_dtype"],
-                r["num_speculative_tokens"],
-                r["block_size"],
-                r["groups"],
-                f"{r['num_blocks']:,}",
-                mc,
-                f"{r['capacity_tokens']:,}",
-                eff,
-                "ok",
-            ]
-        )
-    print(
-        f"kvrules sweep: {args.example or args.hf_config} ({len(rows)} combinations, memory per worker {', '.join(format_size(m) for m in memory)})"
-    )
-    print(
-        table(
-            [
-                "tp",
-                "kv dtype",
-                "spec tokens",
-                "block",
-                "groups",
-                "num_blocks",
-                "max conc.",
-                "capacity tokens",
-                "efficiency",
-                "status",
-            ],
-            body,
-        )
-    )
+    else:
+        print(render_sweep(rows, args.example or args.hf_config, found.memory))
     return 0
 
 

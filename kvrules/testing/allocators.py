@@ -18,7 +18,7 @@ from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
 from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin
 from kvrules.plugin.rules import Check
 from kvrules.specs import KVCacheSpec
-from kvrules.testing.checks import ConformanceError, _fail
+from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import SAMPLE_SPEC_NAMES, Scenario, make_specs, sample_spec
 
 SUBJECT = "kvrules-testing-subject"
@@ -49,7 +49,7 @@ def _manager_with(obj: Any, view_layout: bool) -> KVRulesPluginManager:
     found = table.get(obj.name)
     if found is not None:
         if found != obj:
-            raise _fail(
+            raise fail(
                 f"{'view layout' if view_layout else 'allocator'} {obj.name!r}",
                 "the name is already taken by a built-in",
                 "choose a unique name (prefix it with your plugin's name)",
@@ -62,21 +62,21 @@ def _manager_with(obj: Any, view_layout: bool) -> KVRulesPluginManager:
 def _check_named(obj: Any, base: type[NamedPlugin], what: str) -> str:
     who = f"{what} {getattr(obj, 'name', obj)!r}"
     if not isinstance(obj, base):
-        raise _fail(
+        raise fail(
             who,
             f"{type(obj).__name__} does not derive from {base.__module__}.{base.__name__}",
             "derive from it",
         )
     params = getattr(type(obj), "__dataclass_params__", None)
     if params is None or not params.frozen:
-        raise _fail(who, "it is not a frozen dataclass", "decorate it with @dataclass(frozen=True)")
+        raise fail(who, "it is not a frozen dataclass", "decorate it with @dataclass(frozen=True)")
     description = getattr(obj, "description", "")
     if not isinstance(description, str) or not description.strip() or "\n" in description:
-        raise _fail(who, "the description is empty or spans lines", "give a one-line description")
+        raise fail(who, "the description is empty or spans lines", "give a one-line description")
     try:
         hash(obj)
     except TypeError as exc:
-        raise _fail(who, f"it is not hashable ({exc})", "keep the dataclass frozen") from None
+        raise fail(who, f"it is not hashable ({exc})", "keep the dataclass frozen") from None
     return who
 
 
@@ -86,11 +86,11 @@ def _ask(who: str, fn: Any, arg: Any) -> Check:
     except KVRulesError:
         raise
     except Exception as exc:
-        raise _fail(
+        raise fail(
             who, f"supports({arg!r}) raised {type(exc).__name__}: {exc}", "decline with a reason instead"
         ) from exc
     if not isinstance(answer, Check) or not answer.reason:
-        raise _fail(
+        raise fail(
             who, f"supports({arg!r}) returned {answer!r}", "return applies(reason) or declines(reason)"
         )
     return answer
@@ -112,11 +112,11 @@ def _allocate_all(who: str, plan: Plan, device: str, pm: KVRulesPluginManager, *
             allocation = allocate(plan, device, worker, plugin_manager=pm, **choice)
             allocation.verify()
         except KVRulesError as exc:
-            raise _fail(
+            raise fail(
                 who, f"worker {worker} on {device!r}: {type(exc).__name__}: {exc}", "fix what it names"
             ) from exc
         except Exception as exc:
-            raise _fail(
+            raise fail(
                 who,
                 f"worker {worker} on {device!r} raised {type(exc).__name__}: {exc}",
                 "raise kvrules.AllocationError (or another KVRulesError) for a failure",
@@ -130,13 +130,13 @@ def check_allocator_contract(allocator: Any, plan: Plan | None = None, *, device
     who = _check_named(allocator, Allocator, "allocator")
     overrides_allocate = type(allocator).allocate is not Allocator.allocate
     if type(allocator).supports is Allocator.supports:
-        raise _fail(who, "it does not implement supports(device)", "override Allocator.supports")
+        raise fail(who, "it does not implement supports(device)", "override Allocator.supports")
     if not overrides_allocate and type(allocator).buffer is Allocator.buffer:
-        raise _fail(who, "it implements neither buffer() nor allocate()", "override Allocator.buffer")
+        raise fail(who, "it implements neither buffer() nor allocate()", "override Allocator.buffer")
     if _ask(who, allocator.supports, "no-such-device:7").applies:
-        raise _fail(who, "it claims to support the device 'no-such-device:7'", "decline unknown devices")
+        raise fail(who, "it claims to support the device 'no-such-device:7'", "decline unknown devices")
     if not _ask(who, allocator.supports, device).applies:
-        raise _fail(
+        raise fail(
             who,
             f"it declines {device!r}",
             f"support {device!r} (a dry run), or pass device= a device it supports",
@@ -146,21 +146,17 @@ def check_allocator_contract(allocator: Any, plan: Plan | None = None, *, device
     for allocation in _allocate_all(who, plan, device, pm, allocator=allocator.name):
         tensors = plan.workers[allocation.worker].tensors
         if len(allocation.buffers) != len(tensors):
-            raise _fail(
-                who, f"{len(allocation.buffers)} buffers for {len(tensors)} tensors", "one per tensor"
-            )
+            raise fail(who, f"{len(allocation.buffers)} buffers for {len(tensors)} tensors", "one per tensor")
         for index, (buffer, tensor) in enumerate(zip(allocation.buffers, tensors, strict=True)):
             nbytes = int(buffer.numel()) * int(buffer.element_size())
             if nbytes != tensor.size:
-                raise _fail(
+                raise fail(
                     who,
                     f"worker {allocation.worker}: buffer {index} has {nbytes} bytes, the plan says {tensor.size}",
                     "allocate exactly the planned size",
                 )
         if not any(d.rule == allocator.name and d.outcome == "applied" for d in allocation.decisions):
-            raise _fail(
-                who, "no allocate decision names it", "let kvrules.allocate choose it (do not bypass)"
-            )
+            raise fail(who, "no allocate decision names it", "let kvrules.allocate choose it (do not bypass)")
 
 
 def check_view_layout(
@@ -176,7 +172,7 @@ def check_view_layout(
     who = _check_named(layout, ViewLayout, "view layout")
     for method in ("supports", "build"):
         if getattr(type(layout), method) is getattr(ViewLayout, method):
-            raise _fail(who, f"it does not implement {method}()", f"override ViewLayout.{method}")
+            raise fail(who, f"it does not implement {method}()", f"override ViewLayout.{method}")
     for name in SAMPLE_SPEC_NAMES:
         _ask(who, layout.supports, sample_spec(name))
     candidates = list(examples) if examples is not None else [sample_spec(n) for n in MODEL_SAMPLES]
@@ -192,13 +188,13 @@ def check_view_layout(
         try:
             plan = planner.plan(list(scenario.workers), list(scenario.memory), scenario.config)
         except KVRulesError as exc:
-            raise _fail(who, f"a model of {spec!r} does not plan ({exc})", "pass examples that plan") from exc
+            raise fail(who, f"a model of {spec!r} does not plan ({exc})", "pass examples that plan") from exc
         for allocation in _allocate_all(who, plan, device, pm, layout=layout.name):
             if set(allocation.layouts.values()) != {layout.name}:
-                raise _fail(who, f"it was not used for {spec.type_name}", "report applies() only when it can")
+                raise fail(who, f"it was not used for {spec.type_name}", "report applies() only when it can")
         supported.append(spec.type_name)
     if not supported:
-        raise _fail(who, "it supports none of the examples", "pass examples= with specs it is meant for")
+        raise fail(who, "it supports none of the examples", "pass examples= with specs it is meant for")
     return list(dict.fromkeys(supported))
 
 

@@ -28,7 +28,7 @@ from kvrules.decisions import OUTCOMES, STAGES
 from kvrules.errors import KVRulesError, PluginError
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan, WorkerPlan
-from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.manager import BUILTIN_PLUGINS, KVRulesPluginManager, get_plugin_manager
 from kvrules.plugin.presets import StrategySet
 from kvrules.plugin.registry import Registries, RuleRegistry, SpecTypeRegistry
 from kvrules.plugin.rules import (
@@ -45,6 +45,8 @@ from kvrules.plugin.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
+from kvrules.testing.allocators import check_allocator_contract
+from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import Scenario, sample_scenarios, samples_of
 
 T = TypeVar("T")
@@ -65,14 +67,6 @@ ACTIONS: dict[type[Rule], tuple[str, ...]] = {
 
 #: CUDA entry points that must not run while a plugin is imported
 CUDA_CALLS: tuple[str, ...] = ("init", "_lazy_init", "is_available", "device_count", "current_device")
-
-
-class ConformanceError(AssertionError):
-    """A plugin object broke the kvrules plugin contract (the message says what and how to fix it)."""
-
-
-def _fail(who: str, problem: str, fix: str) -> ConformanceError:
-    return ConformanceError(f"{who}: {problem}. Fix: {fix}")
 
 
 # -- rules ---------------------------------------------------------------------------------------
@@ -100,63 +94,85 @@ def _rule_base(rule: Rule) -> type[Rule]:
     for base in ACTIONS:
         if isinstance(rule, base):
             return base
-    raise _fail(
+    raise fail(
         f"rule {rule.name!r}",
         f"{type(rule).__name__} derives from none of the rule kinds",
         f"derive from one of {', '.join(base.__name__ for base in ACTIONS)}",
     )
 
 
-def _check_rule_static(rule: Any) -> type[Rule]:
-    who = f"rule {getattr(rule, 'name', rule)!r}"
+def _check_rule_class(who: str, rule: Any) -> None:
+    """A :class:`Rule` of a frozen dataclass."""
     if not isinstance(rule, Rule):
-        raise _fail(who, f"{type(rule).__name__} does not derive from kvrules.rules.Rule", "use a rule base")
+        raise fail(who, f"{type(rule).__name__} does not derive from kvrules.rules.Rule", "use a rule base")
     cls = type(rule)
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:
-        raise _fail(
+        raise fail(
             who, f"{cls.__name__} is not a frozen dataclass", "decorate it with @dataclass(frozen=True)"
         )
+
+
+def _check_rule_fields(who: str, rule: Rule) -> None:
+    """Known kind, valid name, integer priority, one-line description, hashable."""
     if rule.kind not in RULE_KINDS:
-        raise _fail(who, f"kind {rule.kind!r} is unknown", f"use one of {', '.join(RULE_KINDS)}")
+        raise fail(who, f"kind {rule.kind!r} is unknown", f"use one of {', '.join(RULE_KINDS)}")
     if not NAME_PATTERN.match(rule.name):
-        raise _fail(who, "the name is invalid", "use lower-case words separated by dashes")
+        raise fail(who, "the name is invalid", "use lower-case words separated by dashes")
     if isinstance(rule.priority, bool) or not isinstance(rule.priority, int):
-        raise _fail(who, f"priority {rule.priority!r} is not an integer", "give an int priority")
+        raise fail(who, f"priority {rule.priority!r} is not an integer", "give an int priority")
     if not isinstance(rule.description, str) or not rule.description.strip() or "\n" in rule.description:
-        raise _fail(who, "the description is empty or spans lines", "give a one-line description")
+        raise fail(who, "the description is empty or spans lines", "give a one-line description")
     try:
         hash(rule)
     except TypeError as exc:
-        raise _fail(who, f"it is not hashable ({exc})", "keep the dataclass frozen with eq") from None
+        raise fail(who, f"it is not hashable ({exc})", "keep the dataclass frozen with eq") from None
+
+
+def _check_rejects_invalid_names(who: str, rule: Rule) -> None:
+    """A copy with an invalid name raises a :class:`KVRulesError`."""
     for bad in ("Bad Name", ""):
         try:
             dataclasses.replace(rule, name=bad)  # type: ignore[type-var]
         except KVRulesError:
             continue
         except Exception as exc:
-            raise _fail(
+            raise fail(
                 who,
                 f"an invalid name raised {type(exc).__name__}, not a KVRulesError",
                 "call super().__post_init__() from __post_init__",
             ) from exc
-        raise _fail(who, f"the invalid name {bad!r} was accepted", "call super().__post_init__()")
-    base = _rule_base(rule)
+        raise fail(who, f"the invalid name {bad!r} was accepted", "call super().__post_init__()")
+
+
+def _check_actions(who: str, rule: Rule, base: type[Rule]) -> None:
+    """Every action of the rule's kind overridden; a layer strategy's or aligner's ``touches`` declared."""
     for method in ACTIONS[base]:
-        if getattr(cls, method) is getattr(base, method):
-            raise _fail(who, f"it does not implement {method}()", f"override {base.__name__}.{method}")
+        if method == "route" and getattr(rule, "unifies", False):
+            continue  # a unifying router only chooses the route; the pipeline unifies and groups
+        if getattr(type(rule), method) is getattr(base, method):
+            raise fail(who, f"it does not implement {method}()", f"override {base.__name__}.{method}")
     if isinstance(rule, (LayerStrategy, Aligner)):
         touches = type(rule).touches
         if not isinstance(touches, frozenset) or not touches or not all(isinstance(t, str) for t in touches):
-            raise _fail(
+            raise fail(
                 who,
                 f"touches={touches!r} must be a non-empty frozenset of spec field names",
                 "declare the fields apply() may change, e.g. frozenset({'page_size_padded'})",
             )
+
+
+def _check_rule_static(rule: Any) -> type[Rule]:
+    who = f"rule {getattr(rule, 'name', rule)!r}"
+    _check_rule_class(who, rule)
+    _check_rule_fields(who, rule)
+    _check_rejects_invalid_names(who, rule)
+    base = _rule_base(rule)
+    _check_actions(who, rule, base)
     try:
         RuleRegistry().add(rule)
     except KVRulesError as exc:
-        raise _fail(who, f"a registry rejects it ({exc})", "fix what the message names") from exc
+        raise fail(who, f"a registry rejects it ({exc})", "fix what the message names") from exc
     return base
 
 
@@ -177,14 +193,14 @@ def _subject_manager(rule: Rule, pm: KVRulesPluginManager | None) -> KVRulesPlug
     registered = base.registries.rules.rules.get(rule.name)
     if registered is not None:
         if registered != rule:
-            raise _fail(
+            raise fail(
                 f"rule {rule.name!r}",
                 f"the name is already taken by {registered!r} from {base.registries.provider_of(rule.name)}",
                 "choose a unique name (prefix it with your plugin's name)",
             )
         return base
     if pm is not None:
-        raise _fail(
+        raise fail(
             f"rule {rule.name!r}",
             "it is not registered in the plugin manager passed to check_rule",
             "register it through kvrules_register_rules, or omit plugin_manager=",
@@ -230,7 +246,7 @@ def _check_layout_results(rule: Layout, plan: Plan, config: EngineConfig) -> Non
             tensors = rule.tensors(groups, blocks)
             total = WorkerPlan(blocks, tuple(tensors)).allocated_bytes
             if total != blocks * block:
-                raise _fail(
+                raise fail(
                     who,
                     f"worker {index}: tensors for {blocks} blocks hold {total} bytes, but block_bytes says "
                     f"{block} bytes per block ({blocks * block} bytes)",
@@ -239,33 +255,33 @@ def _check_layout_results(rule: Layout, plan: Plan, config: EngineConfig) -> Non
             covered = {name for t in tensors for name in t.shared_by}
             missing = [n for g in groups for n in g.layer_names if n not in covered]
             if missing:
-                raise _fail(
+                raise fail(
                     who,
                     f"worker {index}: layers {', '.join(missing[:3])} are in no tensor",
                     "list every layer of the groups in some tensor's shared_by",
                 )
         need = rule.request_bytes(groups, config)
         if isinstance(need, bool) or not isinstance(need, int) or need < 0:
-            raise _fail(who, f"request_bytes returned {need!r}", "return a non-negative int")
+            raise fail(who, f"request_bytes returned {need!r}", "return a non-negative int")
 
 
 def _check_decisions(rule: Rule, plan: Plan, scenario: str) -> Counter[str]:
     mine = [d for d in plan.decisions if d.rule == rule.name]
     if not mine:
-        raise _fail(
+        raise fail(
             f"rule {rule.name!r}",
             f"it was asked in scenario {scenario!r} but no decision names it",
             "return a Check with a reason (the core records it), or record through ctx.decisions.record",
         )
     for decision in mine:
         if decision.stage not in STAGES or decision.outcome not in OUTCOMES:
-            raise _fail(
+            raise fail(
                 f"rule {rule.name!r}",
                 f"it recorded stage {decision.stage!r} / outcome {decision.outcome!r}",
                 f"use a stage of {STAGES} and an outcome of {OUTCOMES}",
             )
         if not isinstance(decision.reason, str) or not decision.reason.strip():
-            raise _fail(
+            raise fail(
                 f"rule {rule.name!r}", f"a decision in {scenario!r} has no reason", "say why in one sentence"
             )
     return Counter(d.outcome for d in mine)
@@ -313,7 +329,7 @@ def check_rule(
         report.outcomes[scenario.name] = _check_decisions(rule, plan, scenario.name)
         again = _plan(planner, scenario, rule, report)
         if again is None or again.to_json() != plan.to_json():
-            raise _fail(
+            raise fail(
                 f"rule {rule.name!r}",
                 f"planning scenario {scenario.name!r} twice gave different plans",
                 "make the rule a pure function of its inputs (no global state, no randomness)",
@@ -321,7 +337,7 @@ def check_rule(
         if isinstance(rule, Layout):
             _guarded(rule, scenario.name, functools.partial(_check_layout_results, rule, plan, plan.config))
     if require_asked and not any(report.asked.values()):
-        raise _fail(
+        raise fail(
             f"rule {rule.name!r}",
             f"the planner never asked it in {len(report.asked)} scenarios",
             "pass scenarios= with a model that reaches the rule's stage (and a higher-priority rule "
@@ -336,7 +352,7 @@ def _guarded(rule: Rule, scenario: str, fn: Callable[[], T]) -> T:
     except (KVRulesError, ConformanceError):
         raise
     except Exception as exc:
-        raise _fail(
+        raise fail(
             f"rule {rule.name!r}",
             f"it raised {type(exc).__name__} in scenario {scenario!r}: {exc}",
             "raise a kvrules.KVRulesError subclass naming the layer, the values and the fix",
@@ -360,7 +376,7 @@ def _plan(planner: Planner, scenario: Scenario, rule: Rule, report: RuleReport) 
         )
     except PluginError as exc:
         if _blames(exc, rule):
-            raise _fail(
+            raise fail(
                 f"rule {rule.name!r}",
                 f"in scenario {scenario.name!r} the core rejected it: {exc}",
                 "return results that keep the rule kind's contract (see kvrules.plugin.rules)",
@@ -382,26 +398,26 @@ def _spec_types_with(cls: type[KVCacheSpec]) -> dict[str, type[KVCacheSpec]]:
 def _check_spec_class(cls: Any) -> None:
     who = f"spec type {getattr(cls, '__name__', cls)!r}"
     if not (isinstance(cls, type) and issubclass(cls, KVCacheSpec)):
-        raise _fail(who, "it is not a subclass of kvrules.KVCacheSpec", "derive from KVCacheSpec")
+        raise fail(who, "it is not a subclass of kvrules.KVCacheSpec", "derive from KVCacheSpec")
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:
-        raise _fail(who, "it is not a frozen dataclass", "use @dataclass(frozen=True, eq=False)")
+        raise fail(who, "it is not a frozen dataclass", "use @dataclass(frozen=True, eq=False)")
     if cls.__eq__ is not KVCacheSpec.__eq__ or cls.__hash__ is not KVCacheSpec.__hash__:
-        raise _fail(
+        raise fail(
             who,
             "it replaces the base class's __eq__/__hash__ (specs must hash by value)",
             "use @dataclass(frozen=True, eq=False)",
         )
     name = cls.type_name
     if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
-        raise _fail(who, f"type_name {name!r} is invalid", "use lower_case_with_underscores")
+        raise fail(who, f"type_name {name!r} is invalid", "use lower_case_with_underscores")
     builtin = {c.type_name: c for c in BUILTIN_SPEC_TYPES}
     if name in builtin and builtin[name] is not cls:
-        raise _fail(who, f"type_name {name!r} is a built-in type's name", "choose a new name")
+        raise fail(who, f"type_name {name!r} is a built-in type's name", "choose a new name")
     try:
         SpecTypeRegistry().add(cls)
     except KVRulesError as exc:
-        raise _fail(who, f"a registry rejects it ({exc})", "fix what the message names") from exc
+        raise fail(who, f"a registry rejects it ({exc})", "fix what the message names") from exc
 
 
 def _expect_spec_error(who: str, what: str, fn: Callable[[], Any]) -> None:
@@ -410,22 +426,22 @@ def _expect_spec_error(who: str, what: str, fn: Callable[[], Any]) -> None:
     except KVRulesError:
         return
     except Exception as exc:
-        raise _fail(
+        raise fail(
             who,
             f"{what} raised {type(exc).__name__}, not a kvrules.SpecError",
             "validate in __post_init__ and raise SpecError naming the field and the value",
         ) from exc
-    raise _fail(who, f"{what} was accepted", "validate in __post_init__ and raise SpecError")
+    raise fail(who, f"{what} was accepted", "validate in __post_init__ and raise SpecError")
 
 
 def _check_sizes(who: str, spec: KVCacheSpec) -> None:
     page = spec.page_size_bytes
     if isinstance(page, bool) or not isinstance(page, int) or page <= 0:
-        raise _fail(who, f"page_size_bytes is {page!r}", "return a positive int")
+        raise fail(who, f"page_size_bytes is {page!r}", "return a positive int")
     real = spec.real_page_size_bytes
     unpadded = spec.unpadded_page_size_bytes
     if not 0 < real <= unpadded <= page:
-        raise _fail(
+        raise fail(
             who,
             f"real {real} <= unpadded {unpadded} <= page {page} bytes does not hold",
             "padding only adds bytes; the real state fits the unpadded page",
@@ -434,14 +450,14 @@ def _check_sizes(who: str, spec: KVCacheSpec) -> None:
     for length in (1, 17, 4096, 65536):
         need = spec.max_memory_usage_bytes(EngineConfig(max_model_len=length))
         if isinstance(need, bool) or not isinstance(need, int) or need < 0:
-            raise _fail(who, f"max_memory_usage_bytes returned {need!r}", "return a non-negative int")
+            raise fail(who, f"max_memory_usage_bytes returned {need!r}", "return a non-negative int")
         if need < previous:
-            raise _fail(who, f"memory for {length} tokens is less than for fewer", "make it non-decreasing")
+            raise fail(who, f"memory for {length} tokens is less than for fewer", "make it non-decreasing")
         previous = need
     if spec.page_scales_with_block_size and spec.padding_bytes == 0:
         doubled = spec.evolve(block_size=spec.block_size * 2)
         if doubled.page_size_bytes != 2 * page:
-            raise _fail(
+            raise fail(
                 who,
                 f"doubling block_size gives a page of {doubled.page_size_bytes} bytes, not {2 * page}",
                 "set page_scales_with_block_size = False, or fix the page formula",
@@ -451,27 +467,27 @@ def _check_sizes(who: str, spec: KVCacheSpec) -> None:
 def _check_identity(who: str, spec: KVCacheSpec) -> None:
     copy = spec.evolve()
     if copy != spec or hash(copy) != hash(spec):
-        raise _fail(who, "an identical copy is not equal (or hashes differently)", "keep eq=False")
+        raise fail(who, "an identical copy is not equal (or hashes differently)", "keep eq=False")
     try:
         pickled = pickle.loads(pickle.dumps(spec))
     except Exception as exc:
-        raise _fail(
+        raise fail(
             who,
             f"it cannot be pickled ({type(exc).__name__}: {exc}); engines send plans to worker processes",
             "store picklable values, or define __reduce__",
         ) from exc
     if pickled != spec:
-        raise _fail(who, "a pickled copy is not equal", "store only picklable plain values in fields")
+        raise fail(who, "a pickled copy is not equal", "store only picklable plain values in fields")
     key = spec.uniform_type_key()
     if key is not None:
         hash(key)
         if copy.uniform_type_key() != key:
-            raise _fail(who, "uniform_type_key() differs between equal specs", "derive it from fields")
+            raise fail(who, "uniform_type_key() differs between equal specs", "derive it from fields")
     if type(spec).merge([spec, copy]) != spec:
-        raise _fail(who, "merge([spec, spec]) is not spec", "return the spec when all are equal")
+        raise fail(who, "merge([spec, spec]) is not spec", "return the spec when all are equal")
     summary = spec.summary()
     if summary.get("spec_type") != spec.type_name or summary.get("page_size_bytes") != spec.page_size_bytes:
-        raise _fail(who, f"summary() is {summary!r}", "keep the base class's summary keys")
+        raise fail(who, f"summary() is {summary!r}", "keep the base class's summary keys")
 
 
 def _check_json(who: str, spec: KVCacheSpec, types: Mapping[str, type[KVCacheSpec]]) -> None:
@@ -479,13 +495,13 @@ def _check_json(who: str, spec: KVCacheSpec, types: Mapping[str, type[KVCacheSpe
     try:
         text = json.dumps(data)
     except (TypeError, ValueError) as exc:
-        raise _fail(who, f"its model-file form is not JSON ({exc})", "store JSON-friendly values") from exc
+        raise fail(who, f"its model-file form is not JSON ({exc})", "store JSON-friendly values") from exc
     try:
         back = spec_from_dict(json.loads(text), layer="conformance", spec_types=types)
     except KVRulesError as exc:
-        raise _fail(who, f"its JSON form does not load back ({exc})", "accept what to_dict() writes") from exc
+        raise fail(who, f"its JSON form does not load back ({exc})", "accept what to_dict() writes") from exc
     if back != spec or spec_to_dict(back) != data:
-        raise _fail(
+        raise fail(
             who,
             f"the JSON round trip changed it: {data} -> {spec_to_dict(back)}",
             "normalise field values in __post_init__ (tuples, enums, dtype names)",
@@ -514,11 +530,11 @@ def check_spec_type(cls: type[KVCacheSpec], examples: Sequence[KVCacheSpec] | No
     items = list(examples) if examples is not None else samples_of(cls)
     who = f"spec type {cls.__name__!r} ({cls.type_name})"
     if not items:
-        raise _fail(who, "no example instances", "pass examples=[...] with one or more instances")
+        raise fail(who, "no example instances", "pass examples=[...] with one or more instances")
     types = _spec_types_with(cls)
     for spec in items:
         if type(spec) is not cls:
-            raise _fail(who, f"example {spec!r} is a {type(spec).__name__}", f"pass {cls.__name__} instances")
+            raise fail(who, f"example {spec!r} is a {type(spec).__name__}", f"pass {cls.__name__} instances")
         for label, step in (
             ("sizes", _check_sizes),
             ("equality, pickling, merge and summary", _check_identity),
@@ -528,7 +544,7 @@ def check_spec_type(cls: type[KVCacheSpec], examples: Sequence[KVCacheSpec] | No
             except ConformanceError:
                 raise
             except Exception as exc:
-                raise _fail(
+                raise fail(
                     who,
                     f"checking {label} of {spec!r} raised {type(exc).__name__}: {exc}",
                     "keep the KVCacheSpec contract (see kvrules.specs.base)",
@@ -549,8 +565,6 @@ def check_allocator(allocator: Any, plan: Plan | None = None, *, device: str = "
     :param plan: the plan to allocate (default: a small hybrid model with the default planner).
     :raises ConformanceError: the first broken contract.
     """
-    from kvrules.testing.allocators import check_allocator_contract
-
     check_allocator_contract(allocator, plan, device=device)
 
 
@@ -619,13 +633,13 @@ def check_import_is_gpu_free(module: str, *, timeout: float = 120.0) -> None:
     )
     if result.returncode == 3:
         calls = result.stdout.strip().removeprefix("touched:")
-        raise _fail(
+        raise fail(
             f"module {module!r}",
             f"importing it touched the GPU ({calls})",
             "import torch.cuda lazily and ask for devices only when first used",
         )
     if result.returncode != 0:
-        raise _fail(
+        raise fail(
             f"module {module!r}",
             f"importing it failed: {result.stderr.strip().splitlines()[-1:] or result.returncode}",
             "make the module importable without side effects",
@@ -660,12 +674,12 @@ def check_plugin(
     """
     try:
         pm = get_plugin_manager(autoload=False, plugins=[plugin])
-        own = get_plugin_manager(autoload=False, plugins=[plugin], blocked=_builtin_names())
+        own = get_plugin_manager(autoload=False, plugins=[plugin], blocked=BUILTIN_PLUGINS)
         mine = own.registries
     except KVRulesError as exc:
-        raise _fail(f"plugin {plugin!r}", f"it does not load ({exc})", "fix what the message names") from exc
+        raise fail(f"plugin {plugin!r}", f"it does not load ({exc})", "fix what the message names") from exc
     except Exception as exc:  # pluggy's validation errors for misspelled hooks or arguments
-        raise _fail(
+        raise fail(
             f"plugin {plugin!r}",
             f"{type(exc).__name__}: {exc}",
             "name hook implementations exactly as in kvrules.plugin.hookspecs, with the same arguments",
@@ -682,12 +696,6 @@ def check_plugin(
     for allocator in mine.allocators.ordered():
         check_allocator(allocator, allocator_plan)
     return report
-
-
-def _builtin_names() -> tuple[str, ...]:
-    from kvrules.plugin.manager import BUILTIN_PLUGINS
-
-    return BUILTIN_PLUGINS
 
 
 __all__ = [
