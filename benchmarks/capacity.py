@@ -27,12 +27,10 @@ from kvrules.cli.compare import specs_for
 from kvrules.config import DEFAULT_DRAFT_PREFIXES
 from kvrules.examples import example_names, load_example
 from kvrules.hf import HFOptions, build_hf_model
-from kvrules.plugin.manager import default_plugin_manager
+from kvrules.plugin import buckets_by_spec, default_manager, search
 from kvrules.report.tables import table
 from kvrules.specs import KVCacheSpec
 from kvrules_plugins.beyond_vllm import DEFAULT_MAX_GROUPS
-from kvrules_plugins.group_cost import search
-from kvrules_plugins.groupers import buckets_by_spec
 
 GiB = 1 << 30
 
@@ -76,7 +74,7 @@ def zero_padding_possible(specs: Mapping[str, KVCacheSpec]) -> bool:
 
 
 def example_rows() -> list[Row]:
-    pm = default_plugin_manager()
+    pm = default_manager()
     rows = []
     for name in example_names():
         model = load_example(name)

@@ -10,19 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvrules import hookimpl
-from kvrules.hf import layers
-from kvrules.hf.architecture import Architecture
-from kvrules.hf.config import HFConfig
-from kvrules.hf.mamba import (
-    gated_delta_net_state_shape,
-    mamba1_state_shape,
-    mamba2_state_shape,
-    split,
-)
-from kvrules.hf.settings import BuildSettings
-from kvrules.plugin.registry import ArchitectureRegistry
-from kvrules.specs import KVCacheSpec
+from kvrules import KVCacheSpec, hookimpl
+from kvrules.hf import Architecture, BuildSettings, HFConfig, layers
+from kvrules.hf import mamba as mamba_shapes
+from kvrules.plugin import ArchitectureRegistry
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -182,7 +173,7 @@ class DeepSeekMLA(Architecture):
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
         n = config.integer("num_hidden_layers")
         heads = config.integer("num_attention_heads")
-        split(config, "num_attention_heads", heads, settings.tp, what="attention heads")
+        mamba_shapes.split(config, "num_attention_heads", heads, settings.tp, what="attention heads")
         latent = config.integer("kv_lora_rank", why="the MLA latent size") + config.integer(
             "qk_rope_head_dim", why="the MLA RoPE part"
         )
@@ -214,9 +205,9 @@ class GatedDeltaNet(Architecture):
         tp = settings.tp
         nk = config.integer("linear_num_key_heads")
         nv = config.integer("linear_num_value_heads")
-        split(config, "linear_num_key_heads", nk, tp)
-        split(config, "linear_num_value_heads", nv, tp)
-        return gated_delta_net_state_shape(
+        mamba_shapes.split(config, "linear_num_key_heads", nk, tp)
+        mamba_shapes.split(config, "linear_num_value_heads", nv, tp)
+        return mamba_shapes.gated_delta_net_state_shape(
             tp,
             nk,
             nv,
@@ -266,14 +257,14 @@ def _mamba2_shapes(
     tp = settings.tp
     heads = config.integer(heads_key)
     groups = config.integer(groups_key, 1)
-    split(config, heads_key, heads, tp, what="Mamba2 heads")
+    mamba_shapes.split(config, heads_key, heads, tp, what="Mamba2 heads")
     if groups % tp and groups != 1:
         raise config.error(
             groups_key,
             f"= {groups} cannot be split over tensor_parallel_size {tp}: Mamba2 groups must be 1 or a "
             f"multiple of {tp}; choose a TP size that divides {groups}",
         )
-    return mamba2_state_shape(
+    return mamba_shapes.mamba2_state_shape(
         tp,
         intermediate,
         groups,
@@ -356,8 +347,10 @@ class Jamba(Architecture):
         heads, head = _attention(config, settings)
         attention = layers.full_attention(settings, heads, head)
         intermediate = config.integer("mamba_expand", 2) * config.integer("hidden_size")
-        split(config, "hidden_size", intermediate, settings.tp, what="mamba_expand x hidden_size")
-        shapes = mamba1_state_shape(
+        mamba_shapes.split(
+            config, "hidden_size", intermediate, settings.tp, what="mamba_expand x hidden_size"
+        )
+        shapes = mamba_shapes.mamba1_state_shape(
             settings.tp, intermediate, config.integer("mamba_d_state", 16), config.integer("mamba_d_conv", 4)
         )
         mamba = layers.mamba(settings, shapes, "mamba1")

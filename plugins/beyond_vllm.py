@@ -6,14 +6,13 @@
 * ``speculator-group`` (partitioner): the draft model's layers (``EngineConfig.draft_layer_prefixes``)
   in groups of their own; it places every layer, so the pool's group size is chosen with the
   draft's groups in view.
-* ``draft-aware-align`` (aligner, priority 200, asked before ``hybrid-align``;
-  :mod:`kvrules_plugins.draft_align`): block sizes so that one common page, the smallest that
-  every attention geometry (target and draft) can fill exactly, covers the Mamba page.
 
 Each rule also works out what ``vllm-group-size`` would make of the same layers and acts only when
 its own grouping gives no lower max concurrency for the plan's workers and memory (one worker:
 one request costs no more bytes), then has no more groups, then no more padding slots. Both figures go into the decision (``before``: vLLM's,
-``after``: the rule's, with the alternatives considered). Per-request cost: :mod:`.group_cost`.
+``after``: the rule's, with the alternatives considered). Per-request cost and the search over
+group sizes: :mod:`kvrules.plugin.grouping`. The aligner ``draft-aware-align`` is the built-in
+plugin ``draft-align`` of its own.
 """
 
 from __future__ import annotations
@@ -23,27 +22,27 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast
 
-from kvrules import hookimpl
-from kvrules.errors import PluginError
-from kvrules.plan import KVCacheGroup
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.registry import RuleRegistry
-from kvrules.plugin.rules import Check, Grouper, Partitioner, applies, declines
-from kvrules.specs import KVCacheSpec
-from kvrules_plugins.draft_align import DraftAwareAlign
-from kvrules_plugins.group_cost import (
+from kvrules import KVCacheGroup, KVCacheSpec, PluginError, hookimpl
+from kvrules.plugin import (
     Candidate,
+    Check,
+    Grouper,
     GroupingCost,
+    Partitioner,
+    PlanContext,
     Pool,
+    RuleRegistry,
     acceptable,
     alternatives,
+    applies,
+    buckets_by_spec,
+    declines,
     grouping_cost,
     ratio,
     search,
     shared_pool_blocker,
     vllm_grouping,
 )
-from kvrules_plugins.groupers import buckets_by_spec
 
 DEFAULT_MAX_GROUPS = 8
 
@@ -117,7 +116,7 @@ class MinPadding(Grouper):
         if blocker:
             return blocker + "."
         pool = Pool.of(ctx)
-        vllm = grouping_cost(vllm_grouping(specs, ctx), ctx.config, pool)
+        vllm = grouping_cost(vllm_grouping(specs), ctx.config, pool)
         best, considered, over_cap = search(buckets_by_spec(specs), ctx.config, self.max_groups, pool)
         if best is None or not acceptable(best.cost, vllm):
             return _not_better(vllm, best, self.max_groups)
@@ -186,7 +185,7 @@ class SpeculatorGroup(Partitioner):
         target = {n: s for n, s in specs.items() if n not in chosen}
         buckets = buckets_by_spec(target) + buckets_by_spec({n: specs[n] for n in draft})
         pool = Pool.of(ctx)
-        vllm = grouping_cost(vllm_grouping(specs, ctx), ctx.config, pool)
+        vllm = grouping_cost(vllm_grouping(specs), ctx.config, pool)
         best, considered, over_cap = search(buckets, ctx.config, self.max_groups, pool)
         loss = Fraction(self.max_capacity_loss).limit_denominator(1_000_000)
         if best is None or not acceptable(best.cost, vllm, loss):
@@ -223,7 +222,6 @@ class SpeculatorGroup(Partitioner):
 def kvrules_register_rules(registry: RuleRegistry) -> None:
     registry.add(MinPadding())
     registry.add(SpeculatorGroup())
-    registry.add(DraftAwareAlign())
 
 
-__all__ = ["DraftAwareAlign", "MinPadding", "SpeculatorGroup"]
+__all__ = ["MinPadding", "SpeculatorGroup"]

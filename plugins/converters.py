@@ -5,51 +5,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvrules import hookimpl
-from kvrules.errors import GroupingError
-from kvrules.plan import KVCacheGroup
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.registry import RuleRegistry
-from kvrules.plugin.rules import Check, Converter, Fallback, applies, declines
-from kvrules.specs import (
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    HiddenStateCacheSpec,
+from kvrules import (
+    GroupingError,
+    KVCacheGroup,
     KVCacheSpec,
     MLAAttentionSpec,
-    SlidingWindowMLASpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
+    hookimpl,
 )
-from kvrules_plugins.routers import merged_spec
+from kvrules.plugin import (
+    Check,
+    Converter,
+    Fallback,
+    PlanContext,
+    RuleRegistry,
+    applies,
+    declines,
+    merged_spec,
+)
 
 
 def _uniform(specs: Mapping[str, KVCacheSpec]) -> bool:
     return merged_spec(specs) is not None or UniformTypeKVCacheSpecs.is_uniform_type(specs)
-
-
-def _as_full(
-    spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, block_size: int | None = None
-) -> FullAttentionSpec:
-    """``spec`` stored as full attention, promoted to ``block_size`` (padding scaled with it)."""
-    block = spec.block_size if block_size is None else block_size
-    padded = spec.page_size_padded
-    if padded is not None and block != spec.block_size:
-        padded = padded * block // spec.block_size
-    return FullAttentionSpec(
-        block,
-        num_kv_heads=spec.num_kv_heads,
-        head_size=spec.head_size,
-        head_size_v=spec.head_size_v,
-        dtype=spec.dtype,
-        kv_quant_mode=spec.kv_quant_mode,
-        page_size_padded=padded,
-        indexes_kv_by_block_stride=spec.indexes_kv_by_block_stride,
-        sliding_window=spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None,
-        attention_chunk_size=(
-            spec.attention_chunk_size if isinstance(spec, ChunkedLocalAttentionSpec) else None
-        ),
-    )
 
 
 @dataclass(frozen=True)
@@ -66,33 +44,16 @@ class HybridDisabled(Converter):
         return applies("the hybrid KV-cache manager is disabled and the specs are hybrid.")
 
     def convert(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> dict[str, KVCacheSpec]:
-        values = list(specs.values())
-        full = [s for s in values if isinstance(s, FullAttentionSpec)]
-        local = any(isinstance(s, (SlidingWindowSpec, ChunkedLocalAttentionSpec)) for s in values)
+        full = [s for s in specs.values() if s.is_full_attention]
         out = dict(specs)
-        if full and local:
-            full_block = next(
-                (s.block_size for s in full if not isinstance(s, MLAAttentionSpec)), full[0].block_size
-            )
+        if full:
+            # local (sliding-window, chunked) layers become full attention at the block size of
+            # the first full-attention layer that is not MLA
+            full_block = next((s.block_size for s in full if s.page_format != "latent"), full[0].block_size)
             for name, spec in specs.items():
-                if isinstance(spec, SlidingWindowMLASpec):
-                    out[name] = MLAAttentionSpec(
-                        full_block,
-                        num_kv_heads=spec.num_kv_heads,
-                        head_size=spec.head_size,
-                        head_size_v=spec.head_size_v,
-                        dtype=spec.dtype,
-                        kv_quant_mode=spec.kv_quant_mode,
-                        page_size_padded=spec.page_size_padded if full_block == spec.block_size else None,
-                        indexes_kv_by_block_stride=spec.indexes_kv_by_block_stride,
-                        sliding_window=spec.sliding_window,
-                        cache_dtype_str=spec.cache_dtype_str,
-                        alignment=spec.alignment,
-                        compress_ratio=spec.compress_ratio,
-                        model_version=spec.model_version,
-                    )
-                elif isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
-                    out[name] = _as_full(spec, full_block)
+                as_full = spec.full_attention_form(full_block)
+                if as_full is not None:
+                    out[name] = as_full
         if not _uniform(out):
             kinds = sorted({s.type_name for s in out.values()})
             raise GroupingError(
@@ -120,7 +81,7 @@ class FullAllocationFallback(Fallback):
         values = list(specs.values())
         if not any(isinstance(s, MLAAttentionSpec) for s in values):
             return declines("no MLA layer.")
-        if any(isinstance(s, HiddenStateCacheSpec) for s in values):
+        if any(s.sized_after_unification for s in values):
             return declines("a hidden_state_cache layer is present; vLLM 0.28 has no fallback for it.")
         for spec in values:
             if isinstance(spec, MLAAttentionSpec):
@@ -142,7 +103,7 @@ class FullAllocationFallback(Fallback):
         out: dict[str, KVCacheSpec] = {}
         for name, spec in specs.items():
             if type(spec) is SlidingWindowSpec:
-                out[name] = _as_full(spec, block)
+                out[name] = spec.full_attention_form(block)
                 ctx.decisions.record(
                     "route",
                     self.name,

@@ -1,4 +1,5 @@
-"""The aligner ``draft-aware-align``: one common page for every attention geometry and the Mamba state.
+"""Built-in plugin ``draft-align``: the aligner ``draft-aware-align`` (priority 200, asked before
+``hybrid-align``; off in ``vllm``): one common page for every attention geometry and the Mamba state.
 
 vLLM (``hybrid-align``) sizes the attention block from the target's geometry alone; a draft whose
 tokens are larger then gets a larger page, page unification makes that the pool page, and every
@@ -16,7 +17,8 @@ alignment ``A``:
 It acts only when, after vLLM's page unification and grouping, its page is not larger than the
 one ``hybrid-align`` leads to, one request of ``max_model_len`` costs no more bytes (then no
 more groups, no more padding slots), and no request of a shorter power-of-two length costs more
-either; both figures go into its decision.
+either; both figures go into its decision. What ``hybrid-align`` would do comes from
+:func:`kvrules.hf.vllm_hybrid_alignment`, the costs from :mod:`kvrules.plugin.grouping`.
 """
 
 from __future__ import annotations
@@ -24,18 +26,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from math import lcm
+from typing import cast
 
-from kvrules.config import EngineConfig
-from kvrules.errors import KVRulesError
-from kvrules.hf.align import STAGE, AlignContext, attention_geometry, attention_page_per_token, mamba_page
-from kvrules.plan import KVCacheGroup
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.presets import resolve_strategies
-from kvrules.plugin.rules import Aligner, Check, applies, declines
-from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec, cdiv
-from kvrules_plugins.align import HybridAlign
-from kvrules_plugins.group_cost import GroupingCost, acceptable, grouping_cost, ratio
+from kvrules import AttentionSpec, EngineConfig, KVCacheGroup, KVCacheSpec, KVRulesError, hookimpl
+from kvrules.hf import (
+    apply_hybrid_alignment,
+    attention_geometry,
+    attention_page_per_token,
+    mamba_page,
+    vllm_hybrid_alignment,
+)
+from kvrules.plugin import (
+    AlignContext,
+    Aligner,
+    Check,
+    GroupingCost,
+    RuleRegistry,
+    acceptable,
+    applies,
+    cdiv,
+    declines,
+    grouping_cost,
+    ratio,
+)
 
+STAGE = "align"
 VLLM_SET = "vllm"
 
 
@@ -51,10 +66,10 @@ def _planned_groups(
     specs: Mapping[str, KVCacheSpec], ctx: AlignContext, config: EngineConfig
 ) -> list[KVCacheGroup] | None:
     """``specs`` after vLLM's page unification and grouping (``None``: they fail there)."""
+    if ctx.group_with is None:
+        return None
     try:
-        strategies = resolve_strategies(VLLM_SET, ctx.registries.rules)
-        plan_ctx = PlanContext(config=config, strategies=strategies, registries=ctx.registries)
-        groups = plan_ctx.group(plan_ctx.unify(specs))
+        groups = ctx.group_with(specs, config, VLLM_SET)
         grouping_cost(groups, config)  # a shared pool: one page size
     except KVRulesError:
         return None
@@ -85,7 +100,19 @@ def _worse_at(
 
 def _followers(specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> dict[str, AttentionSpec]:
     """Attention layers that take the cache block size (as ``hybrid-align`` moves them)."""
-    return {n: s for n, s in specs.items() if isinstance(s, AttentionSpec) and s.block_size == ctx.block_size}
+    return {
+        n: cast(AttentionSpec, s)
+        for n, s in specs.items()
+        if s.is_attention and s.block_size == ctx.block_size
+    }
+
+
+def _hybrid_aligned(specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> dict[str, KVCacheSpec]:
+    """``specs`` as ``hybrid-align`` (vLLM) aligns them."""
+    alignment = vllm_hybrid_alignment(specs, ctx)
+    if isinstance(alignment, str):
+        return dict(specs)
+    return apply_hybrid_alignment(specs, ctx, alignment)
 
 
 @dataclass(frozen=True)
@@ -131,7 +158,7 @@ class DraftAwareAlign(Aligner):
         if mine_groups is None:
             return f"the common page {page} bytes does not plan under vLLM's unification and grouping."
         mine = grouping_cost(mine_groups, config)
-        vllm_groups = _planned_groups(HybridAlign().align(specs, ctx), ctx, config)
+        vllm_groups = _planned_groups(_hybrid_aligned(specs, ctx), ctx, config)
         vllm = grouping_cost(vllm_groups, config) if vllm_groups is not None else None
         if vllm_groups is not None and vllm is not None:
             if mine.page_size_bytes > vllm.page_size_bytes:
@@ -183,7 +210,7 @@ class DraftAwareAlign(Aligner):
         for name, spec in specs.items():
             if name in per_token:
                 spec = spec.evolve(block_size=blocks[per_token[name]], page_size_padded=None)
-            elif isinstance(spec, MambaSpec):
+            elif spec.page_format == "state":
                 changes: dict[str, int | None] = {}
                 if mamba_block is not None:
                     changes["block_size"] = mamba_block
@@ -217,7 +244,7 @@ class DraftAwareAlign(Aligner):
 
     def explain(self, layer: str, before: KVCacheSpec, after: KVCacheSpec, ctx: AlignContext) -> str:
         role = "draft" if ctx.is_draft(layer) else "target"
-        if isinstance(after, MambaSpec):
+        if after.page_format == "state":
             return (
                 f"{role} Mamba layer: state page {after.real_page_size_bytes} bytes padded to the common page "
                 f"{after.page_size_bytes} (+{after.page_size_bytes - after.real_page_size_bytes}); "
@@ -227,3 +254,11 @@ class DraftAwareAlign(Aligner):
             f"{role} attention layer: block_size {before.block_size} -> {after.block_size}, page "
             f"{after.page_size_bytes} bytes = the common page."
         )
+
+
+@hookimpl
+def kvrules_register_rules(registry: RuleRegistry) -> None:
+    registry.add(DraftAwareAlign())
+
+
+__all__ = ["DraftAwareAlign", "check_lengths"]

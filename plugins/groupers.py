@@ -1,42 +1,25 @@
-"""Built-in plugin ``groupers``: vLLM 0.28's group-size rule (``vllm-group-size``)."""
+"""Built-in plugin ``groupers``: vLLM 0.28's group-size rule (``vllm-group-size``).
+
+The bucketing and the group-size rule are public helpers (:mod:`kvrules.plugin.grouping`:
+``buckets_by_spec``, ``vllm_group_size``, ``split_buckets``) that rules comparing groupings share.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvrules import hookimpl
-from kvrules.plan import KVCacheGroup
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.registry import RuleRegistry
-from kvrules.plugin.rules import Check, Grouper, applies
-from kvrules.specs import KVCacheSpec, cdiv
-
-
-def buckets_by_spec(specs: Mapping[str, KVCacheSpec]) -> list[tuple[KVCacheSpec, list[str]]]:
-    """Layers bucketed by identical spec, then buckets whose specs merge joined (layer order kept)."""
-    exact: dict[KVCacheSpec, list[str]] = {}
-    for name, spec in specs.items():
-        exact.setdefault(spec, []).append(name)
-    order = {name: i for i, name in enumerate(specs)}
-    merged: list[tuple[list[KVCacheSpec], KVCacheSpec, list[str]]] = []
-    for spec, layers in exact.items():
-        for index, (members, _, names) in enumerate(merged):
-            try:
-                joined = type(members[0]).merge([*members, spec])
-            except ValueError:
-                continue
-            merged[index] = ([*members, spec], joined, sorted([*names, *layers], key=order.__getitem__))
-            break
-        else:
-            merged.append(([spec], spec, list(layers)))
-    return [(spec, names) for _, spec, names in merged]
-
-
-def split_bucket(layers: list[str], group_size: int) -> list[list[str]]:
-    """``cdiv(len, group_size)`` groups, group ``i`` = ``layers[i::n]`` (pipeline-friendly)."""
-    n = cdiv(len(layers), group_size)
-    return [layers[i::n] for i in range(n)]
+from kvrules import KVCacheGroup, KVCacheSpec, hookimpl
+from kvrules.plugin import (
+    Check,
+    Grouper,
+    PlanContext,
+    RuleRegistry,
+    applies,
+    buckets_by_spec,
+    split_buckets,
+    vllm_group_size,
+)
 
 
 @dataclass(frozen=True)
@@ -55,12 +38,8 @@ class VllmGroupSize(Grouper):
         buckets = buckets_by_spec(specs)
         sizes = [len(names) for _, names in buckets]
         smallest, largest = min(sizes), max(sizes)
-        group_size = largest if largest < 1.5 * smallest else smallest
-        groups = [
-            KVCacheGroup(tuple(part), spec)
-            for spec, names in buckets
-            for part in split_bucket(names, group_size)
-        ]
+        group_size = vllm_group_size(sizes)
+        groups = list(split_buckets(buckets, group_size))
         padding = sum(group_size - len(g.layer_names) for g in groups)
         ctx.decisions.record(
             "group",

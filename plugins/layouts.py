@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from kvrules import hookimpl
-from kvrules.config import EngineConfig
-from kvrules.errors import GroupingError
-from kvrules.pipeline.capacity import total_blocks_per_request
-from kvrules.plan import KVCacheGroup, KVCacheTensor
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.registry import RuleRegistry
-from kvrules.plugin.rules import Check, Layout, applies, declines
-from kvrules.specs import UniformTypeKVCacheSpecs
+from kvrules import (
+    EngineConfig,
+    GroupingError,
+    KVCacheGroup,
+    KVCacheTensor,
+    UniformTypeKVCacheSpecs,
+    hookimpl,
+)
+from kvrules.plugin import Check, Layout, PlanContext, RuleRegistry, applies, declines
 
 
 def _uniform_groups(groups: Sequence[KVCacheGroup]) -> list[UniformTypeKVCacheSpecs]:
-    return [g.spec for g in groups if g.layer_names and isinstance(g.spec, UniformTypeKVCacheSpecs)]
+    return [cast(UniformTypeKVCacheSpecs, g.spec) for g in groups if g.layer_names and g.spec.has_members]
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class SharedPool(Layout):
         return pages.pop()
 
     def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
-        if any(isinstance(g.spec, UniformTypeKVCacheSpecs) for g in groups):
+        if any(g.spec.has_members for g in groups):
             return declines("uniform-type groups keep one tensor per layer.")
         pages = {g.spec.page_size_bytes for g in groups}
         if len(pages) != 1:
@@ -49,7 +50,7 @@ class SharedPool(Layout):
         return max(len(g.layer_names) for g in groups) * self._page(groups)
 
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-        return self.block_bytes(groups) * total_blocks_per_request(groups, config)
+        return self.block_bytes(groups) * sum(g.spec.blocks_per_request(config) for g in groups)
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         page = self._page(groups)
@@ -71,7 +72,7 @@ class PerLayer(Layout):
 
     def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
         live = [g for g in groups if g.layer_names]
-        if len(live) != 1 or not isinstance(live[0].spec, UniformTypeKVCacheSpecs):
+        if len(live) != 1 or not live[0].spec.has_members:
             return declines("needs exactly one uniform-type group.")
         return applies(f"one uniform-type group of {len(live[0].layer_names)} layers, one tensor each.")
 
@@ -103,7 +104,7 @@ class Packed(Layout):
 
     def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
         live = [g for g in groups if g.layer_names]
-        if len(live) < 2 or not all(isinstance(g.spec, UniformTypeKVCacheSpecs) for g in live):
+        if len(live) < 2 or not all(g.spec.has_members for g in live):
             return declines("needs two or more uniform-type groups.")
         return applies(f"{len(live)} uniform-type groups packed into one backing allocation.")
 

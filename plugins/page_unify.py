@@ -8,13 +8,10 @@ an attention layer whose backend reads pages by block stride is padded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
-from kvrules import hookimpl
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.registry import RuleRegistry
-from kvrules.plugin.rules import Check, LayerStrategy, applies, declines
-from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
+from kvrules import AttentionSpec, KVCacheSpec, hookimpl
+from kvrules.plugin import Check, LayerStrategy, PlanContext, RuleRegistry, applies, declines
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,7 @@ class MambaPad(LayerStrategy):
     description: str = "Pad a Mamba layer's state page to the target page (block_size unchanged)."
 
     def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
-        if not isinstance(spec, MambaSpec):
+        if spec.page_format != "state":
             return declines(f"not a Mamba layer ({spec.type_name}).")
         return applies(
             f"Mamba page {spec.page_size_bytes} bytes is fixed by its state shapes; pad it to "
@@ -85,9 +82,9 @@ class StridePad(LayerStrategy):
     description: str = "Pad an attention page when its backend indexes KV by block stride."
 
     def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
-        if not isinstance(spec, AttentionSpec):
+        if not spec.is_attention:
             return declines(f"not an attention layer ({spec.type_name}).")
-        if not spec.indexes_kv_by_block_stride:
+        if not cast(AttentionSpec, spec).indexes_kv_by_block_stride:
             return declines(
                 "its attention backend does not read KV pages by block stride "
                 "(indexes_kv_by_block_stride is false), so its page cannot be padded."

@@ -8,35 +8,20 @@ are kept out of unification and re-sized to the common page afterwards, as vLLM 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
-from kvrules import hookimpl
-from kvrules.errors import GroupingError, SpecError
-from kvrules.plan import KVCacheGroup
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.registry import RuleRegistry
-from kvrules.plugin.rules import Check, Router, applies, declines
-from kvrules.specs import (
-    HiddenStateCacheSpec,
+from kvrules import (
+    GroupingError,
+    KVCacheGroup,
     KVCacheSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
     UniformTypeKVCacheSpecs,
-    cdiv,
+    hookimpl,
 )
-
-
-def merged_spec(specs: Mapping[str, KVCacheSpec]) -> KVCacheSpec | None:
-    """The one spec standing for all ``specs``, or ``None`` when they do not merge."""
-    values = list(specs.values())
-    if not values:
-        return None
-    try:
-        return type(values[0]).merge(values)
-    except ValueError:
-        return None
+from kvrules.plugin import Check, PlanContext, Router, RuleRegistry, applies, cdiv, declines, merged_spec
 
 
 @dataclass(frozen=True)
@@ -209,6 +194,11 @@ def flag_eagle_group(
 
 @dataclass(frozen=True)
 class UnifiedPage(Router):
+    """The general hybrid route: the pipeline unifies every page to the largest page (layer
+    strategies), partitions and groups the layers into shared pools; hidden-state layers are kept
+    out of unification and re-sized to the common page afterwards, as vLLM 0.28 does."""
+
+    unifies: ClassVar[bool] = True
     name: str = "unified-page"
     priority: int = 0
     description: str = "Unify every page to the largest page, then group layers into shared pools."
@@ -216,72 +206,8 @@ class UnifiedPage(Router):
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
         return applies("the general hybrid route: unify page sizes, then group.")
 
-    def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        hidden = {n: s for n, s in specs.items() if isinstance(s, HiddenStateCacheSpec)}
-        if not hidden:
-            return ctx.group(ctx.unify(specs))
-        others = {n: s for n, s in specs.items() if n not in hidden}
-        groups = ctx.group(ctx.unify(others))
-        aligned = align_hidden_states(hidden, groups)
-        ctx.unified = {**(ctx.unified or {}), **aligned}
-        for name, spec in aligned.items():
-            before = hidden[name]
-            ctx.decisions.record(
-                "group",
-                self.name,
-                "applied",
-                f"hidden-state layer kept out of page unification; block size {before.block_size} -> "
-                f"{spec.block_size} so its page fits the common {spec.page_size_bytes}-byte page "
-                f"({spec.padding_bytes} bytes of padding per block); its own group.",
-                layer=name,
-                before=before.summary(),
-                after=spec.summary(),
-                padding_bytes=spec.padding_bytes,
-            )
-        return [*groups, *(KVCacheGroup((name,), spec) for name, spec in aligned.items())]
-
-
-def align_hidden_states(
-    hidden: Mapping[str, HiddenStateCacheSpec], groups: list[KVCacheGroup]
-) -> dict[str, HiddenStateCacheSpec]:
-    """vLLM 0.28's re-sizing of hidden-state layers to the page and block sizes of ``groups``.
-
-    :raises GroupingError: there is no other group, or the groups' pages differ.
-    """
-    pages = sorted({g.spec.page_size_bytes for g in groups})
-    if len(pages) != 1:
-        raise GroupingError(
-            f"unified-page: hidden-state layers {', '.join(hidden)} need the other groups to share one "
-            f"page size, got {pages or 'no other group'}; add a KV-cache layer the hidden states can follow"
-        )
-    block = math.gcd(*(g.spec.block_size for g in groups))
-    try:
-        return {name: spec.aligned_to(pages[0], block) for name, spec in hidden.items()}
-    except SpecError as exc:
-        raise GroupingError(f"unified-page: {exc}") from None
-
-
-VLLM_PRESET = (
-    "hybrid-disabled",
-    "attention-free",
-    "uniform-spec",
-    "uniform-type",
-    "deepseekv4-packing",
-    "unified-page",
-    "full-allocation-fallback",
-    "mamba-pad",
-    "block-scale",
-    "stride-pad",
-    "vllm-group-size",
-    "shared-pool",
-    "per-layer",
-    "packed",
-    "hybrid-align",
-)
-
 
 @hookimpl
 def kvrules_register_rules(registry: RuleRegistry) -> None:
     for rule in (AttentionFree(), UniformSpec(), UniformType(), DeepseekV4Packing(), UnifiedPage()):
         registry.add(rule)
-    registry.add_preset("vllm", VLLM_PRESET)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from kvrules import hookimpl
-from kvrules.plugin.registry import SpecTypeRegistry
-from kvrules.specs import BUILTIN_SPEC_TYPES
+from kvrules.plugin import BUILTIN_SPEC_TYPES, SpecTypeRegistry
 
 
 @hookimpl

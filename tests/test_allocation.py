@@ -264,7 +264,8 @@ def test_any_other_failure_frees_too_and_names_the_allocator() -> None:
     allocator = FailingAllocator(fail_at=3, error="other")
     pm = get_plugin_manager(autoload=False, plugins=[FailingPlugin(allocator)])
     with pytest.raises(
-        PluginError, match=r"allocator 'test-failing' \(plugin 'test-failing-plugin'\) raised ValueError"
+        PluginError,
+        match=r"allocator 'test-failing' \(plugin 'test-failing-plugin' \(registered in-process\)\) raised ValueError",
     ):
         kvrules.allocate(models.dense(layers=4), "cpu", allocator="test-failing", plugin_manager=pm)
     assert _alive(allocator.made) == 0
@@ -381,11 +382,16 @@ def test_faulty_allocators_are_reported_by_name() -> None:
 
     plan = models.dense()
     pm = get_plugin_manager(autoload=False, plugins=[Plugin(Short())])
-    with pytest.raises(PluginError, match=r"allocator 'short' returned 1 buffers for 2 tensors"):
+    with pytest.raises(
+        PluginError,
+        match=r"allocator 'short' \(plugin 'test-faulty' \(registered in-process\)\) returned 1 buffers for 2 tensors",
+    ):
         kvrules.allocate(plan, "cpu", plugin_manager=pm)
     pm = get_plugin_manager(autoload=False, plugins=[Plugin(NotAnAllocator())])
     with pytest.raises(
-        PluginError, match=r"'not-an-allocator' \(plugin 'test-faulty'\) does not derive from"
+        PluginError,
+        match=r"plugin 'test-faulty' \(registered in-process\) registered 'not-an-allocator' \(NotAnAllocator\) "
+        r"as an allocator, but it does not derive from kvrules.plugin.Allocator",
     ):
         kvrules.allocate(plan, "cpu", plugin_manager=pm)
 

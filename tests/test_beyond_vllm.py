@@ -27,13 +27,20 @@ from kvrules import (
 from kvrules.errors import CapacityError
 from kvrules.examples import load_example
 from kvrules.pipeline.capacity import total_blocks_per_request
+from kvrules.plugin import (
+    GroupingCost,
+    Pool,
+    acceptable,
+    buckets_by_spec,
+    grouping_cost,
+    search,
+    split_buckets,
+)
+from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.plugin.registry import RuleRegistry
 from kvrules.testing.checks import check_rule
 from kvrules_plugins.beyond_vllm import MinPadding, SpeculatorGroup
 from kvrules_plugins.draft_align import DraftAwareAlign
-from kvrules_plugins.group_cost import GroupingCost, Pool, acceptable, grouping_cost, search, split_buckets
-from kvrules_plugins.groupers import buckets_by_spec
-from kvrules_plugins.routers import VLLM_PRESET
 
 VLLM = Planner("vllm")
 DEFAULT = Planner()
@@ -64,7 +71,7 @@ def test_rules_are_default_but_not_in_the_vllm_preset() -> None:
     rules = VLLM.registries.rules.rules
     assert rules["min-padding"].kind == "grouper" and rules["min-padding"].default
     assert rules["speculator-group"].kind == "partition" and rules["speculator-group"].default
-    assert "min-padding" not in VLLM_PRESET and "speculator-group" not in VLLM_PRESET
+    assert "min-padding" not in BUILTIN_PRESETS["vllm"] and "speculator-group" not in BUILTIN_PRESETS["vllm"]
     assert "min-padding" not in VLLM.strategies.names()
     groupers = [r.name for r in DEFAULT.strategies.rules("grouper")]
     assert groupers.index("min-padding") < groupers.index("vllm-group-size")
@@ -560,7 +567,7 @@ def test_draft_aware_align_declines_without_a_second_geometry_or_in_all_mode() -
 def test_draft_aware_align_is_default_only_and_asked_before_hybrid_align() -> None:
     rules = DEFAULT.registries.rules.rules
     assert rules["draft-aware-align"].kind == "align" and rules["draft-aware-align"].default
-    assert "draft-aware-align" not in VLLM_PRESET
+    assert "draft-aware-align" not in BUILTIN_PRESETS["vllm"]
     aligners = [r.name for r in DEFAULT.strategies.rules("align")]
     assert aligners.index("draft-aware-align") < aligners.index("hybrid-align")
     assert DraftAwareAlign().touches == frozenset({"block_size", "page_size_padded"})

@@ -157,17 +157,8 @@ def test_uninstalling_removes_it(installed: Path) -> None:
 
 
 def test_example_imports_only_the_public_plugin_api() -> None:
-    public = {
-        "kvrules",
-        "kvrules.allocation.allocate",
-        "kvrules.plugin.context",
-        "kvrules.plugin.registry",
-        "kvrules.plugin.rules",
-        "kvrules.specs",
-        "kvrules.model",
-        "kvrules.plugin.manager",
-        "kvrules.testing",
-    }
+    # the plugin's code: kvrules and kvrules.plugin only; its tests may add the kit and model files
+    public = {"kvrules", "kvrules.plugin", "kvrules.testing", "kvrules.model"}
     seen = set()
     for path in [*EXAMPLE.glob("src/**/*.py"), *EXAMPLE.glob("tests/*.py")]:
         for line in path.read_text().splitlines():
@@ -179,7 +170,7 @@ def test_example_imports_only_the_public_plugin_api() -> None:
             ):
                 seen.add(words[1])
     assert seen <= public, f"the example reaches into kvrules internals: {sorted(seen - public)}"
-    assert {"kvrules", "kvrules.plugin.rules", "kvrules.allocation.allocate"} <= seen
+    assert {"kvrules", "kvrules.plugin"} <= seen
 
 
 def test_pip_install_into_a_temporary_target(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ import kvrules
 from kvrules import PluginError
 from kvrules.hf import AlignContext, HFOptions, build_hf_model, hybrid_block_size
 from kvrules.hf.examples import load_hf_example_info
+from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.plugin.rules import Aligner, Check, applies
 from kvrules.specs import KVCacheSpec, MambaSpec
-from kvrules_plugins.routers import VLLM_PRESET
 
 NEMOTRON = "hf-nemotron-nano-9b-v2"
 
@@ -29,7 +29,7 @@ def build(name: str, strategies: Any = "vllm", plugin_manager: Any = None, **opt
 
 
 def test_hybrid_align_is_in_the_vllm_preset_and_default() -> None:
-    assert "hybrid-align" in VLLM_PRESET
+    assert "hybrid-align" in BUILTIN_PRESETS["vllm"]
     pm = kvrules.get_plugin_manager(autoload=False)
     rule = pm.registries.rules.rules["hybrid-align"]
     assert rule.kind == "align" and rule.stage == "align" and rule.default

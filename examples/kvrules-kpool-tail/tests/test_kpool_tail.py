@@ -14,7 +14,7 @@ from typing import Any
 import kvrules
 import pytest
 from kvrules.model import load_model_file
-from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.plugin import KVRulesPluginManager
 from kvrules.testing import (
     CapturedDecisions,
     Scenario,

@@ -7,7 +7,7 @@ registries.
 from __future__ import annotations
 
 from kvrules import hookimpl
-from kvrules.plugin.registry import AllocatorRegistry, RuleRegistry, SpecTypeRegistry
+from kvrules.plugin import AllocatorRegistry, RuleRegistry, SpecTypeRegistry
 
 from kvrules_kpool_tail.rules import KpoolDedicated, KpoolTailPad
 from kvrules_kpool_tail.spec import KpoolTailSpec

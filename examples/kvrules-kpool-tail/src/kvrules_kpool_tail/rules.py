@@ -8,10 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvrules import EngineConfig, GroupingError, KVCacheGroup, KVCacheSpec, KVCacheTensor
-from kvrules.plugin.context import PlanContext
-from kvrules.plugin.rules import Check, LayerStrategy, Layout, applies, declines
-from kvrules.specs import UniformTypeKVCacheSpecs, cdiv
+from kvrules import (
+    EngineConfig,
+    GroupingError,
+    KVCacheGroup,
+    KVCacheSpec,
+    KVCacheTensor,
+    UniformTypeKVCacheSpecs,
+)
+from kvrules.plugin import Check, LayerStrategy, Layout, PlanContext, applies, cdiv, declines
 
 from kvrules_kpool_tail.spec import KpoolTailSpec
 

@@ -27,10 +27,10 @@ class KpoolTailSpec(AttentionSpec):
     #: the ring is rewritten in place, so its blocks can never be shared between requests
     prefix_cacheable: ClassVar[bool] = False
     #: blocks one request ever holds
-    blocks_per_request: ClassVar[int] = 1
+    states_per_request: ClassVar[int] = 1
 
     def uniform_type_key(self) -> Hashable | None:
         return ("kpool_tail",)
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
-        return self.blocks_per_request * self.page_size_bytes
+        return self.states_per_request * self.page_size_bytes

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrules import AllocationError, KVCacheSpec, KVQuantMode
-from kvrules.allocation import Placement, ViewLayout
-from kvrules.plugin.rules import Check, applies, declines
+from kvrules.plugin import Check, Placement, ViewLayout, applies, declines
 
 from kvrules_kpool_tail.spec import KpoolTailSpec
 
