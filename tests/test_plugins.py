@@ -190,7 +190,8 @@ class FaultyPlugin:
     [
         (
             "page",
-            r"rule 'faulty' \(plugin 'test-faulty-page'\) returned a page of 32769 bytes for layer 'full'",
+            r"rule 'faulty' \(plugin 'test-faulty-page' \(registered in-process\)\) returned a page of 32769 "
+            r"bytes for layer 'full'",
         ),
         ("field", r"rule 'faulty' .* changed field\(s\) num_kv_heads of layer 'full'"),
         ("raise", r"rule 'faulty' .* raised ValueError in check: oops"),

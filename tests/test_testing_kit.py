@@ -168,11 +168,12 @@ def test_a_good_rule_passes_and_reports_what_it_did() -> None:
     [
         (
             RaisingPad(),
-            "in scenario 'gemma' the core rejected it: rule 'test-raising-pad' (plugin 'kvrules-testing-subject') raised ValueError in check: boom",
+            "in scenario 'gemma' the core rejected it: rule 'test-raising-pad' "
+            "(plugin 'kvrules-testing-subject' (registered in-process)) raised ValueError in check: boom",
         ),
         (ShortPad(), "the core rejected it: rule 'test-short-pad'"),
         (SilentGrouper(), None),
-        (LyingLayout(), "tensors for 1 blocks hold"),
+        (LyingLayout(), "laid out 17179869184 bytes of tensors on a worker with 8589934592 bytes"),
         (NoAction(), "it does not implement route()"),
         (Unvalidated(), "the invalid name 'Bad Name' was accepted"),
     ],
