@@ -92,14 +92,17 @@ def as_number(
         raise _fail(error, what, value, _range_text("a number", minimum, maximum))
     if isinstance(value, float) and not math.isfinite(value):
         raise _fail(error, what, value, _range_text("a finite number", minimum, maximum))
-    if not isinstance(value, (float, Fraction)):
+    number: int | float | Fraction
+    if isinstance(value, (float, Fraction)):
+        number = value
+    else:
         try:
-            value = operator.index(value)
+            number = operator.index(value)
         except TypeError:
             raise _fail(error, what, value, _range_text("a number", minimum, maximum)) from None
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise _fail(error, what, value, _range_text("a number", minimum, maximum))
-    return value
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        raise _fail(error, what, number, _range_text("a number", minimum, maximum))
+    return number
 
 
 def as_name(value: Any, what: str, *, error: type[KVRulesError] = SpecError) -> str:
@@ -109,7 +112,9 @@ def as_name(value: Any, what: str, *, error: type[KVRulesError] = SpecError) -> 
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise _fail(error, what, value, "a string that can be written as UTF-8 (no lone surrogates)") from None
+        raise _fail(
+            error, what, value, "a string that can be written as UTF-8 (no lone surrogates)"
+        ) from None
     return value
 
 
@@ -118,6 +123,12 @@ def as_bool(value: Any, what: str, *, error: type[KVRulesError] = SpecError) -> 
     if not isinstance(value, bool):
         raise _fail(error, what, value, "true or false")
     return value
+
+
+def allowed_range(kind: str, minimum: float | None = None, maximum: float | None = None) -> str:
+    """What is allowed, in words: ``"an integer from 1 to 1099511627776"`` (for callers that word
+    their own messages, e.g. ``EngineConfig.max_model_len=0 must be ...``)."""
+    return _range_text(kind, minimum, maximum)
 
 
 def _range_text(kind: str, minimum: float | None, maximum: float | None) -> str:
@@ -136,6 +147,7 @@ __all__ = [
     "MAX_DIMENSION",
     "MAX_LAYERS",
     "MAX_TOKENS",
+    "allowed_range",
     "as_bool",
     "as_int",
     "as_name",

@@ -8,7 +8,9 @@ sentence saying how it breaks it; :class:`kvrules.plugin.ask.Asker` turns that s
   ``applies`` is a bool and whose ``reason`` is a string;
 * spec type: ``block_size`` an int >= 1; ``page_size_bytes`` an int > 0, at least the unpadded
   page, which is at least the real page (both ints > 0); the spec hashes, and so does its
-  ``uniform_type_key()`` (or it is ``None``); ``summary()`` and ``to_dict()`` are dicts; with an
+  ``uniform_type_key()`` (or it is ``None``); two equal specs ``merge`` into one equal to them;
+  ``summary()`` and ``to_dict()`` are dicts, ``label``
+  and ``unification_hint(page)`` strings (the core words its own messages with them); with an
   engine config, ``max_memory_usage_bytes(config)`` and ``blocks_per_request(config)`` are ints
   >= 0. Every spec a plugin hands the core is held to this, the specs a rule or an architecture
   makes as much as the caller's (a spec forged past its own validation is refused);
@@ -30,10 +32,12 @@ sentence saying how it breaks it; :class:`kvrules.plugin.ask.Asker` turns that s
   a tuple of tensors; every buffer it hands a view layout is a tensor of the planned size;
 * view layout: ``build(raw, place)`` returns a tensor or a non-empty tuple of tensors that
   together hold ``place.num_blocks * place.content_bytes`` bytes (each byte of each page's
-  content once, so exactly that many; :meth:`~kvrules.Allocation.verify` checks where);
+  content once, so exactly that many; :meth:`~kvrules.Allocation.verify` checks where they lie);
 * no answer changes, in place, a spec it was given (the asker compares field values).
 
-No checker raises: a value that cannot even be inspected is itself the problem.
+No checker raises on its own account: a value that cannot even be inspected is itself the
+problem. :func:`spec_problem` calls the spec's own methods, and what those raise is the spec
+type's fault (the asker reports it so).
 """
 
 from __future__ import annotations
@@ -104,6 +108,15 @@ def _identity_problem(spec: KVCacheSpec) -> str | None:
     for label, value in (("summary()", spec.summary()), ("to_dict()", spec.to_dict())):
         if not isinstance(value, dict):
             return f"answers {label} = {value!r}; it must be a dict"
+    merged = type(spec).merge([spec, spec])
+    if not (isinstance(merged, type(spec)) and merged == spec):
+        return f"answers merge([spec, spec]) = {_short(merged)}; two equal specs merge into one equal to them"
+    for label, text in (
+        ("label", spec.label),
+        ("unification_hint()", spec.unification_hint(spec.page_size_bytes)),
+    ):
+        if not isinstance(text, str):
+            return f"answers {label} = {text!r}; it must be a str"
     return None
 
 

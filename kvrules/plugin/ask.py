@@ -93,6 +93,18 @@ class Asker:
 
     registries: Registries
     decisions: DecisionLog = field(default_factory=DecisionLog)
+    _views: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = field(default_factory=dict, repr=False)
+
+    def frozen(self, specs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A read-only view of ``specs`` (no copy), the same object every time it is asked for
+        the same mapping, so a rule's guard and its action see one object (rules may cache
+        work between them by identity) and neither can change the mapping."""
+        if isinstance(specs, MappingProxyType):
+            return specs
+        hit = self._views.get(id(specs))
+        if hit is None or hit[0] is not specs:
+            hit = self._views[id(specs)] = (specs, MappingProxyType(specs))  # type: ignore[arg-type]
+        return hit[1]
 
     # -- naming ---------------------------------------------------------------------------
     def provider(self, kind: str, name: str) -> str:
@@ -260,11 +272,12 @@ class Asker:
             (a spec type's own code raising is blamed on that spec type's plugin).
         """
         known = {id(spec) for spec in given.values()}
+        seen: set[KVCacheSpec] = set()
         for layer, spec in made.items() if isinstance(made, Mapping) else made:
             if id(spec) in known:
                 continue
             known.add(id(spec))
-            problem = self._spec(layer, spec, config, set())
+            problem = self._spec(layer, spec, config, seen)
             if problem:
                 raise self.fault(
                     kind, obj, f"returned a spec for {layer} that, as a {type(spec).__name__}, {problem}"
@@ -274,7 +287,7 @@ class Asker:
     def convert(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
         """A converter's rewritten specs: the same layers in the same order, each a spec."""
         before = snapshot(specs)
-        new = self.call(rule.kind, rule, "convert", MappingProxyType(dict(specs)), ctx)
+        new = self.call(rule.kind, rule, "convert", self.frozen(specs), ctx)
         problem = changed_in_place(before) or answers.specs_problem(new, specs, "convert()")
         if problem:
             raise self.fault(rule.kind, rule, problem)
@@ -289,7 +302,7 @@ class Asker:
         self, rule: Rule, method: str, specs: Mapping[str, KVCacheSpec], ctx: Any, *, complete: bool
     ) -> list[KVCacheGroup]:
         before = snapshot(specs)
-        groups = self.call(rule.kind, rule, method, MappingProxyType(dict(specs)), ctx)
+        groups = self.call(rule.kind, rule, method, self.frozen(specs), ctx)
         problem = changed_in_place(before) or answers.groups_problem(groups, specs, complete=complete)
         if problem:
             raise self.fault(rule.kind, rule, problem)
@@ -318,7 +331,7 @@ class Asker:
     ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
         """A partitioner's groups and the specs it leaves: together, every layer once."""
         before = snapshot(specs)
-        answer = self.call(rule.kind, rule, "partition", MappingProxyType(dict(specs)), ctx)
+        answer = self.call(rule.kind, rule, "partition", self.frozen(specs), ctx)
         if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], Mapping)):
             raise self.fault(
                 rule.kind, rule, f"returned {answer!r} from partition(), not (groups, remaining specs)"
@@ -370,7 +383,7 @@ class Asker:
     def align(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
         """An aligner's specs: same layers, order and types; only its ``touches`` changed."""
         before = snapshot(specs)
-        new = self.call(rule.kind, rule, "align", MappingProxyType(dict(specs)), ctx)
+        new = self.call(rule.kind, rule, "align", self.frozen(specs), ctx)
         touches = frozenset(getattr(rule, "touches", frozenset()))
         problem = changed_in_place(before) or answers.alignment_problem(specs, new, touches)
         if problem:
@@ -420,7 +433,7 @@ class Asker:
             out[layer] = wrapped[id(layout)]
         return out
 
-    def view(self, allocator: Any, layout: Any, request: Any, raw: Any, place: Placement) -> Any:
+    def layer_view(self, allocator: Any, layout: Any, request: Any, raw: Any, place: Placement) -> Any:
         """``layout.build(raw, place)`` on behalf of ``allocator``: ``raw`` checked to be the
         planned buffer first (else the allocator is at fault), then the views (else the layout is)."""
         expected = request.sizes[request.backing[place.tensor]]
@@ -442,7 +455,7 @@ class Asker:
 @dataclass(frozen=True, eq=False)
 class AskedViewLayout(ViewLayout):
     """A view layout as an allocator finds it in its request: ``build`` and ``supports`` are asked
-    through the asker (:meth:`Asker.view`); every other attribute is the wrapped layout's."""
+    through the asker (:meth:`Asker.layer_view`); every other attribute is the wrapped layout's."""
 
     layout: Any = field(default=None, repr=False)
     asker: Any = field(default=None, repr=False)
@@ -468,8 +481,8 @@ class AskedViewLayout(ViewLayout):
         return self.asker.check("view-layout", self.layout, "supports", spec)  # type: ignore[no-any-return]
 
     def build(self, raw: Any, place: Placement) -> Any:
-        """The wrapped layout's views, asked through :meth:`Asker.view`."""
-        return self.asker.view(self.allocator, self.layout, self.request, raw, place)
+        """The wrapped layout's views, asked through :meth:`Asker.layer_view`."""
+        return self.asker.layer_view(self.allocator, self.layout, self.request, raw, place)
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute in {"layout", "asker", "allocator", "request"} or attribute.startswith("__"):
