@@ -11,6 +11,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import pytest
 import structlog
 
+# kvrules' conformance kit is an opt-in pytest plugin (its fixtures are used by the kit's own tests)
+pytest_plugins = ["kvrules.testing"]
+
 
 @pytest.fixture(autouse=True)
 def _reset_structlog() -> object:

@@ -125,6 +125,25 @@ def test_third_party_entry_point_changes_a_decision_and_can_be_blocked(site: Pat
         Planner(plugin_manager=blocked).plan(PAIR, 1 << 30, CFG)
 
 
+def test_blocking_a_distribution_blocks_all_its_plugins(site: Path) -> None:
+    make_distribution(site, "kvtest-vendor", "kvtest_vendor", THIRD_PARTY, "vendor-pad")
+    for name in ("kvtest-vendor", "kvtest_vendor", "KVTest-Vendor"):
+        blocked = get_plugin_manager(blocked=[name])
+        assert "always-pad" not in blocked.registries.rules.rules
+        assert blocked.is_blocked("vendor-pad")
+    assert "mamba-pad" in blocked.registries.rules.rules
+
+
+def test_blocking_an_unknown_name_lists_plugins_and_distributions(site: Path) -> None:
+    make_distribution(site, "kvtest-vendor", "kvtest_vendor", THIRD_PARTY, "vendor-pad")
+    with pytest.raises(
+        PluginError,
+        match=r"cannot block 'vendor': it is neither a plugin \(.*vendor-pad.*\) "
+        r"nor the distribution of one \(.*kvtest-vendor.*\)",
+    ):
+        get_plugin_manager(blocked=["vendor"])
+
+
 def test_autoload_can_be_disabled(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_distribution(site, "kvtest-vendor", "kvtest_vendor", THIRD_PARTY, "vendor-pad")
     monkeypatch.setenv("KVRULES_DISABLE_PLUGIN_AUTOLOAD", "1")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -376,8 +378,19 @@ def test_gpu_touching_imports_are_caught(tmp_path: Path, monkeypatch: pytest.Mon
 # -- fixtures and helpers ----------------------------------------------------------------------
 
 
-def test_the_kit_is_registered_as_a_pytest_plugin(request: pytest.FixtureRequest) -> None:
-    assert request.config.pluginmanager.get_plugin("kvrules") is kit
+def test_the_kit_is_an_opt_in_pytest_plugin(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    # here tests/conftest.py opts in with pytest_plugins; no entry point loads it by itself
+    assert request.config.pluginmanager.get_plugin("kvrules.testing") is kit
+    assert request.config.pluginmanager.get_plugin("kvrules") is None
+    (tmp_path / "test_uses_kit.py").write_text("def test_fixture(kvrules_pm):\n    assert kvrules_pm\n")
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_uses_kit.py"]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    without = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert without.returncode != 0 and "fixture 'kvrules_pm' not found" in without.stdout
+    opted = subprocess.run(
+        [*run, "-p", "kvrules.testing"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert opted.returncode == 0, opted.stdout + opted.stderr
 
 
 def test_kvrules_pm_is_fresh_and_sees_late_registrations(kvrules_pm: KVRulesPluginManager) -> None:

@@ -126,13 +126,17 @@ def get_plugin_manager(
 
     :param autoload: load third-party entry points (also off when ``KVRULES_DISABLE_PLUGIN_AUTOLOAD`` is set).
     :param plugins: extra plugin objects to register (named by their ``name`` attribute or ``__name__``).
-    :param blocked: plugin names never to register, built-ins included.
-    :raises PluginError: a plugin fails to load, or kvrules' own entry points are missing.
+    :param blocked: plugins never to register, built-ins included: a plugin name (an entry-point
+        name, or the name of one of ``plugins``), or a distribution name, which blocks every
+        plugin that distribution provides.
+    :raises PluginError: a plugin fails to load, kvrules' own entry points are missing, or a
+        blocked name is neither a plugin nor a distribution (the message lists both).
     """
     pm = KVRulesPluginManager()
-    for name in blocked:
-        pm.set_blocked(name)
+    plugins = list(plugins)
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for name in _blocked_plugin_names(blocked, found, plugins):
+        pm.set_blocked(name)
     missing = [name for name in BUILTIN_PLUGINS if name not in found]
     if missing:
         raise PluginError(
@@ -148,14 +152,56 @@ def get_plugin_manager(
                 continue
             _load(pm, ep)
     for plugin in plugins:
-        name = getattr(plugin, "name", None) or getattr(plugin, "__name__", None) or repr(plugin)
-        if pm.is_blocked(str(name)) or pm.get_plugin(str(name)) is not None:
+        name = _plugin_name(plugin)
+        if pm.is_blocked(name) or pm.get_plugin(name) is not None:
             continue
-        pm.register(plugin, name=str(name))
+        pm.register(plugin, name=name)
     pm.check_pending()
     if os.environ.get(TRACE_ENV):
         enable_trace(pm)
     return pm
+
+
+def _plugin_name(plugin: Any) -> str:
+    return str(getattr(plugin, "name", None) or getattr(plugin, "__name__", None) or repr(plugin))
+
+
+def _distribution(ep: EntryPoint) -> str | None:
+    dist = getattr(ep, "dist", None)
+    return str(dist.metadata["Name"]) if dist is not None else None
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _blocked_plugin_names(
+    blocked: Iterable[str], found: dict[str, EntryPoint], plugins: list[Any]
+) -> set[str]:
+    """The plugin names ``blocked`` means: plugin names as given, distribution names expanded
+    to every plugin of that distribution.
+
+    :raises PluginError: a name that is neither (listing the plugins and distributions there are).
+    """
+    known = set(found) | {_plugin_name(p) for p in plugins}
+    by_dist: dict[str, set[str]] = {}
+    for name, ep in found.items():
+        dist = _distribution(ep)
+        if dist is not None:
+            by_dist.setdefault(_canonical(dist), set()).add(name)
+    names: set[str] = set()
+    for name in blocked:
+        if name in known:
+            names.add(name)
+        elif _canonical(name) in by_dist:
+            names |= by_dist[_canonical(name)]
+        else:
+            dists = sorted({_distribution(ep) or "" for ep in found.values()} - {""})
+            raise PluginError(
+                f"cannot block {name!r}: it is neither a plugin ({', '.join(sorted(known))}) nor the "
+                f"distribution of one ({', '.join(dists)})"
+            )
+    return names
 
 
 def _registered(registry: Any) -> set[str]:

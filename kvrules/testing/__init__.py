@@ -1,7 +1,7 @@
-"""The conformance kit for kvrules plugin authors, and a pytest plugin (entry point ``pytest11``).
+"""The conformance kit for kvrules plugin authors, and an opt-in pytest plugin.
 
-Installed with kvrules, pytest loads it automatically (disable with ``-p no:kvrules``). It
-provides three fixtures:
+Turn it on with ``pytest_plugins = ["kvrules.testing"]`` in a ``conftest.py`` or a test module,
+or with ``pytest -p kvrules.testing``; it is never loaded by itself. It provides three fixtures:
 
 * ``kvrules_pm``: a fresh plugin manager (built-ins plus installed plugins); register test
   plugins on it with ``kvrules_pm.register(obj, name="test-...")``;

@@ -1,8 +1,7 @@
 """The plugin's own tests, written with kvrules' conformance kit.
 
-The kit is a pytest plugin installed with kvrules: the fixtures ``kvrules_pm``, ``make_specs``
-and ``captured_decisions`` need no import. Run with the plugin installed:
-``pip install -e . && pytest``.
+The kit is an opt-in pytest plugin (``pytest_plugins`` below) giving the fixtures ``kvrules_pm``,
+``make_specs`` and ``captured_decisions``. Run with the plugin installed: ``pip install -e . && pytest``.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ from kvrules.testing import (
 
 import kvrules_kpool_tail.plugin as plugin
 from kvrules_kpool_tail import KpoolDedicated, KpoolRingView, KpoolTailPad, KpoolTailSpec
+
+pytest_plugins = ["kvrules.testing"]
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "glm-kpool-tiny.json"
 TAIL = KpoolTailSpec(128, num_kv_heads=1, head_size=128, dtype="bfloat16")
