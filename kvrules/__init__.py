@@ -85,3 +85,15 @@ __all__ = [
     "spec_from_dict",
     "spec_to_dict",
 ]
+
+#: submodules reachable as attributes of ``kvrules`` without an import of their own, loaded on
+#: first access (PEP 562) so that ``import kvrules`` stays light and never imports torch
+_LAZY_SUBMODULES = ("distributed", "hf", "integrations", "testing")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"kvrules.{name}")
+    raise AttributeError(f"module 'kvrules' has no attribute {name!r}")

@@ -303,3 +303,18 @@ def test_planning_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_kvrules_distributed_resolves_on_attribute_access_without_torch() -> None:
+    """``import kvrules; kvrules.distributed.plan_across_ranks`` works (as the README writes it)
+    and neither the import nor the attribute loads torch."""
+    code = (
+        "import sys, kvrules\n"
+        "before = 'kvrules.distributed' in sys.modules\n"
+        "fn = kvrules.distributed.plan_across_ranks\n"
+        "print(before, callable(fn), 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "False"]
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        kvrules.nonexistent  # noqa: B018
