@@ -131,6 +131,15 @@ def allowed_range(kind: str, minimum: float | None = None, maximum: float | None
     return _range_text(kind, minimum, maximum)
 
 
+def as_bytes(value: Any, what: str, *, error: type[KVRulesError] = SpecError) -> int:
+    """``value`` as a byte count: :func:`as_int` from 0 to :data:`MAX_BYTES`, the bound spelt
+    out in full in the message (``shown`` shortens integers of 19 digits and more)."""
+    number = as_int(value, what, minimum=0, error=error)
+    if number > MAX_BYTES:
+        raise _fail(error, what, number, f"at most {MAX_BYTES} bytes (2**63 - 1, the largest torch tensor)")
+    return number
+
+
 def _range_text(kind: str, minimum: float | None, maximum: float | None) -> str:
     if minimum is not None and maximum is not None:
         return f"{kind} from {minimum} to {shown(maximum)}"
@@ -149,6 +158,7 @@ __all__ = [
     "MAX_TOKENS",
     "allowed_range",
     "as_bool",
+    "as_bytes",
     "as_int",
     "as_name",
     "as_number",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from kvrules.errors import AllocationError
-from kvrules.plan import Plan
+from kvrules.plan import KVCacheTensor, Plan
 from kvrules.plugin.allocator import Placement
 from kvrules.specs.base import KVCacheSpec
+from kvrules.values import as_bytes
 
 
 def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tuple[int, ...], tuple[int, ...]]:
     """Where every layer of ``worker`` lies: ``(placements, allocation sizes, backing)``.
 
-    :raises AllocationError: the worker does not exist, or its tensors contradict its specs.
+    :raises AllocationError: the worker does not exist, a tensor's size, offset or stride is not
+        an int from 0 to :data:`~kvrules.values.MAX_BYTES` (a plan edited by hand: checked here,
+        before any allocator is asked), or its tensors contradict its specs.
     """
     if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < len(plan.workers):
         raise AllocationError(
@@ -19,6 +22,10 @@ def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tupl
         )
     wplan = plan.workers[worker]
     tensors = wplan.tensors
+    # every block takes at least one byte of a buffer: no more blocks than bytes
+    as_bytes(wplan.num_blocks, f"worker {worker}: num_blocks", error=AllocationError)
+    for index, tensor in enumerate(tensors):
+        check_tensor(tensor, f"tensor {index} of worker {worker}")
     packed = [t for t in tensors if t.block_stride > 0]
     if packed and len(packed) != len(tensors):
         raise AllocationError(
@@ -56,6 +63,13 @@ def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tupl
     order = {name: i for i, name in enumerate(plan.specs)}
     placements = tuple(sorted(found.values(), key=lambda p: order.get(p.layer, len(order))))
     return placements, sizes, backing
+
+
+def check_tensor(tensor: KVCacheTensor, where: str) -> None:
+    """:raises AllocationError: ``size``, ``offset`` or ``block_stride`` is not an int from 0 to
+    :data:`~kvrules.values.MAX_BYTES` bytes (the largest buffer torch can make), naming ``where``."""
+    for name in ("size", "offset", "block_stride"):
+        as_bytes(getattr(tensor, name), f"{where}: {name}", error=AllocationError)
 
 
 def _placement(

@@ -180,7 +180,7 @@ def align_specs(
     if not rules:
         ask.record(STAGE, "align", "declined", "No aligner is active in this strategy set.")
         return dict(specs)
-    rule, check, _ = ask.first(rules, STAGE, (specs, ctx))
+    rule, check, _ = ask.first(rules, STAGE, (ask.frozen(specs), ctx))
     if rule is None:
         return dict(specs)
     ask.record(STAGE, rule.name, "applied", check.reason)

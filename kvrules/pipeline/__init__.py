@@ -15,13 +15,21 @@ from dataclasses import dataclass
 
 from kvrules import logs
 from kvrules.config import EngineConfig
-from kvrules.errors import UnificationError
-from kvrules.pipeline.capacity import fit_length, max_concurrency, with_length
+from kvrules.errors import SpecError, UnificationError
+from kvrules.pipeline.capacity import capacity_tokens, fit_length, max_concurrency, with_length
 from kvrules.pipeline.convert import convert
 from kvrules.pipeline.group import group, partition
 from kvrules.pipeline.hidden import readd_hidden_states, split_hidden_states
 from kvrules.pipeline.layout import apply_override, choose_layouts, lay_out
-from kvrules.pipeline.merge import MemoryInput, SpecsInput, as_memories, as_workers, check_config, merge
+from kvrules.pipeline.merge import (
+    MemoryInput,
+    SpecsInput,
+    as_memories,
+    as_workers,
+    check_config,
+    check_names,
+    merge,
+)
 from kvrules.pipeline.project import project
 from kvrules.pipeline.route import choose_route, fall_back
 from kvrules.pipeline.unify import unify_pages
@@ -90,6 +98,9 @@ class Planner:
     def unify(self, specs: Mapping[str, KVCacheSpec], config: EngineConfig | None = None) -> UnifyResult:
         """Unify page sizes only (vLLM's ``unify_kv_cache_spec_page_size``); ``specs`` itself
         when all pages are already equal."""
+        if not isinstance(specs, Mapping):
+            raise SpecError("specs must be a mapping of layer name to spec")
+        check_names(specs, "")
         config = config or EngineConfig(max_model_len=1)
         ctx, ask = self.context(config)
         ask.specs(specs, config)
@@ -154,7 +165,7 @@ class Planner:
         agreed = workers[0].num_blocks if workers else 1
         concurrency = max_concurrency(grouping.groups, agreed, config)
         length = config.max_model_len
-        capacity = 0 if math.isinf(concurrency) else math.floor(concurrency * length)
+        capacity = capacity_tokens(concurrency, length)
         waste = waste_report(laid_out, grouping.groups, config)
         ask.record(
             "capacity",

@@ -1,9 +1,19 @@
-"""Stage ``capacity`` arithmetic: blocks per request, max concurrency, the largest length that fits."""
+"""Stage ``capacity`` arithmetic: blocks per request, max concurrency, the largest length that fits.
+
+Bounds that keep every figure here finite: a worker's memory is at most
+:data:`~kvrules.values.MAX_BYTES` (``plan()``'s argument, and the ``num_gpu_blocks_override``
+memory, are checked), so ``num_blocks <= MAX_BYTES``; ``max_model_len <= MAX_TOKENS``
+(``EngineConfig``). Concurrency is then below ``2**63`` and capacity below ``2**104``, far inside
+a float. Byte counts (which may be far larger: one request of a huge model) stay Python ints and
+are printed with exact arithmetic (:func:`gib`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 from kvrules.config import EngineConfig
 from kvrules.errors import CapacityError
@@ -20,9 +30,16 @@ def total_blocks_per_request(groups: Sequence[KVCacheGroup], config: EngineConfi
 
 
 def max_concurrency(groups: Sequence[KVCacheGroup], num_blocks: int, config: EngineConfig) -> float:
-    """Requests of ``max_model_len`` that ``num_blocks`` blocks hold at once (inf without groups)."""
+    """Requests of ``max_model_len`` that ``num_blocks`` blocks hold at once (inf without groups);
+    ``num_blocks / needed`` is correctly rounded for any ints and at most ``num_blocks``."""
     needed = total_blocks_per_request(groups, config)
     return float("inf") if needed == 0 else num_blocks / needed
+
+
+def capacity_tokens(concurrency: float, length: int) -> int:
+    """``floor(concurrency * length)``: tokens the blocks hold at once (0 without groups, where
+    ``concurrency`` is infinite). With the module's bounds the product is below ``2**104``."""
+    return 0 if math.isinf(concurrency) else math.floor(concurrency * length)
 
 
 def with_length(config: EngineConfig, length: int) -> EngineConfig:
@@ -45,8 +62,12 @@ def largest_fitting_length(upper: int, fits: Callable[[int], bool]) -> int:
 
 
 def gib(value: int) -> str:
-    """Bytes as GiB with two decimals."""
-    return f"{value / GiB:.2f} GiB"
+    """Bytes as GiB with two decimals, rounded half to even like ``f"{value / GiB:.2f}"`` but
+    exact for any int (a float would overflow beyond ``2**1024`` bytes)."""
+    hundredths = round(Fraction(value, GiB) * 100)
+    sign = "-" if hundredths < 0 else ""
+    whole, cents = divmod(abs(hundredths), 100)
+    return f"{sign}{whole}.{cents:02d} GiB"
 
 
 def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker) -> int:

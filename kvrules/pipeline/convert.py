@@ -13,7 +13,7 @@ def convert(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> M
     """Every active converter in order: each that applies rewrites the specs (same layers, same
     order); the ones that decline are recorded."""
     for rule in ctx.strategies.rules("convert"):
-        check = ask.check(rule.kind, rule, "check", specs, ctx)
+        check = ask.check(rule.kind, rule, "check", ask.frozen(specs), ctx)
         if not check.applies:
             ask.record("convert", rule.name, "declined", check.reason)
             continue

@@ -21,7 +21,7 @@ def partition(
     for rule in ctx.strategies.rules("partition"):
         if not remaining:
             break
-        check = ask.check(rule.kind, rule, "check", remaining, ctx)
+        check = ask.check(rule.kind, rule, "check", ask.frozen(remaining), ctx)
         if not check.applies:
             ask.record("group", rule.name, "declined", check.reason)
             continue
@@ -38,7 +38,7 @@ def group(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> lis
     """
     if not specs:
         return []
-    rule, check, declined = ask.first(ctx.strategies.rules("grouper"), "group", (specs, ctx))
+    rule, check, declined = ask.first(ctx.strategies.rules("grouper"), "group", (ask.frozen(specs), ctx))
     if rule is None:
         raise GroupingError(
             f"no active grouper can group {len(specs)} layer(s); asked: "

@@ -26,6 +26,19 @@ def split_hidden_states(
     return hidden, {n: s for n, s in specs.items() if n not in hidden}
 
 
+def aligned_specs(hidden: Mapping[str, KVCacheSpec], page: int, block: int) -> dict[str, KVCacheSpec]:
+    """Every hidden-state layer's spec re-sized with :meth:`~kvrules.KVCacheSpec.aligned_to`,
+    asked once per distinct spec (layers with equal specs share the answer)."""
+    answers: dict[KVCacheSpec, KVCacheSpec] = {}
+    out = {}
+    for name, spec in hidden.items():
+        new = answers.get(spec)
+        if new is None:
+            new = answers[spec] = spec.aligned_to(page, block)
+        out[name] = new
+    return out
+
+
 def readd_hidden_states(
     hidden: Mapping[str, KVCacheSpec], groups: list[KVCacheGroup], ask: Asker
 ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
@@ -44,7 +57,7 @@ def readd_hidden_states(
         )
     block = math.gcd(*(g.spec.block_size for g in groups))
     try:
-        aligned = {name: spec.aligned_to(pages[0], block) for name, spec in hidden.items()}
+        aligned = aligned_specs(hidden, pages[0], block)
     except SpecError as exc:
         raise GroupingError(f"{RULE}: {exc}") from None
     for name, spec in aligned.items():

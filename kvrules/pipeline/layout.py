@@ -11,6 +11,7 @@ from kvrules.plan import KVCacheGroup, KVCacheTensor, WorkerPlan
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.rules import Rule
+from kvrules.values import MAX_BLOCKS, MAX_BYTES, shown
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,11 @@ def choose_layouts(
 
 
 def apply_override(workers: Sequence[WorkerLayout], ctx: PlanContext, ask: Asker) -> list[WorkerLayout]:
-    """With ``num_gpu_blocks_override = N``, each worker's memory becomes N blocks' bytes."""
+    """With ``num_gpu_blocks_override = N``, each worker's memory becomes N blocks' bytes.
+
+    :raises CapacityError: N blocks take more than :data:`~kvrules.values.MAX_BYTES` on a worker
+        (its tensors could not be made), naming the worker, N, the block's bytes and the product.
+    """
     override = ctx.config.num_gpu_blocks_override
     if override is None:
         return list(workers)
@@ -71,6 +76,14 @@ def apply_override(workers: Sequence[WorkerLayout], ctx: PlanContext, ask: Asker
             out.append(worker)
             continue
         memory = override * worker.block_bytes
+        if memory > MAX_BYTES:
+            raise CapacityError(
+                f"num_gpu_blocks_override={shown(override)} blocks x {worker.block_bytes} bytes per block "
+                f"= {shown(memory)} bytes on worker {worker.index}, more than {MAX_BYTES} bytes (the "
+                f"largest tensor torch can hold); use at most {MAX_BYTES // worker.block_bytes} blocks",
+                needed_bytes=memory,
+                available_bytes=MAX_BYTES,
+            )
         ask.record(
             "capacity",
             "num-gpu-blocks-override",
@@ -82,8 +95,9 @@ def apply_override(workers: Sequence[WorkerLayout], ctx: PlanContext, ask: Asker
     return out
 
 
-def own_blocks(worker: WorkerLayout) -> int:
-    """Blocks the worker's memory alone gives.
+def own_blocks(worker: WorkerLayout, ask: Asker) -> int:
+    """Blocks the worker's memory alone gives, at most :data:`~kvrules.values.MAX_BLOCKS` (the
+    most blocks a pool may have; capping is recorded as a decision).
 
     :raises CapacityError: less than one block fits.
     """
@@ -95,12 +109,21 @@ def own_blocks(worker: WorkerLayout) -> int:
             needed_bytes=worker.block_bytes,
             available_bytes=worker.memory,
         )
+    if blocks > MAX_BLOCKS:
+        ask.record(
+            "layout",
+            "max-blocks",
+            "applied",
+            f"Worker {worker.index}: {worker.memory} bytes give {blocks} blocks of {worker.block_bytes} "
+            f"bytes; a pool holds at most {MAX_BLOCKS} blocks, so {MAX_BLOCKS} are used.",
+        )
+        return MAX_BLOCKS
     return blocks
 
 
 def lay_out(workers: Sequence[WorkerLayout], ctx: PlanContext, ask: Asker) -> list[WorkerPlan]:
     """Every worker's tensors, all sized for the smallest block count any worker gives."""
-    own = {w.index: own_blocks(w) for w in workers if w.layout is not None}
+    own = {w.index: own_blocks(w, ask) for w in workers if w.layout is not None}
     if not own:
         return [WorkerPlan(1, (), w.groups, "", w.memory, 1) for w in workers]
     agreed = min(own.values())

@@ -3,46 +3,88 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, GroupingError, SpecError
 from kvrules.plugin.ask import Asker
 from kvrules.specs.base import KVCacheSpec
+from kvrules.values import MAX_LAYERS, as_bytes, as_name, shown
 
 SpecsInput = Mapping[str, KVCacheSpec] | Sequence[Mapping[str, KVCacheSpec]]
 MemoryInput = int | Sequence[int]
 
 
+WANTED_SPECS = "a mapping of layer name to spec, or a non-empty list of such mappings (one per worker)"
+
+
 def as_workers(specs: SpecsInput) -> list[Mapping[str, KVCacheSpec]]:
     """One spec mapping per worker (pipeline stage) from a mapping or a non-empty list of them.
 
-    :raises SpecError: anything else.
+    :raises SpecError: anything else, naming what was given (a string, an empty list, the
+        first list entry that is not a mapping).
     """
     if isinstance(specs, Mapping):
         return [specs]
-    if isinstance(specs, (list, tuple)) and specs and all(isinstance(s, Mapping) for s in specs):
-        return list(specs)
-    raise SpecError(
-        "specs must be a mapping of layer name to spec, or a non-empty list of such mappings (one per worker)"
-    )
+    if isinstance(specs, (str, bytes)):
+        raise SpecError(
+            f"specs = {shown(specs)} is a string; specs must be {WANTED_SPECS} "
+            "(kvrules.model.load_model_file(path) reads a model file)"
+        )
+    if not isinstance(specs, (list, tuple)):
+        raise SpecError(
+            f"specs = {shown(specs)} ({type(specs).__name__}) is not allowed: specs must be {WANTED_SPECS}"
+        )
+    if not specs:
+        raise SpecError(f"specs is an empty {type(specs).__name__}; specs must be {WANTED_SPECS}")
+    for index, worker in enumerate(specs):
+        if not isinstance(worker, Mapping):
+            raise SpecError(
+                f"specs[{index}] = {shown(worker)} is not a mapping of layer name to spec; specs must be "
+                f"{WANTED_SPECS}"
+            )
+    return list(specs)
 
 
 def as_memories(memory: MemoryInput, workers: int) -> list[int]:
-    """Bytes per worker: one value for all, or one per worker; each a non-negative int.
+    """Bytes per worker: one value for all, or one per worker; each an integer (numpy and torch
+    integers become ``int``) from 0 to :data:`~kvrules.values.MAX_BYTES`.
 
-    :raises ConfigError: a wrong count or value.
+    :raises ConfigError: a wrong count, a value that is not a whole number of bytes in range,
+        or a size string (which :func:`kvrules.units.parse_size` reads).
     """
-    values = [memory] if isinstance(memory, int) else list(memory)
+    values = _memory_values(memory)
     if len(values) == 1 and workers > 1:
         values = values * workers
     if len(values) != workers:
         raise ConfigError(
             f"available_memory has {len(values)} values for {workers} workers; give one per worker"
         )
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"available_memory value {value!r} must be a non-negative number of bytes")
-    return values
+    if len(values) == 1:
+        return [_memory_value(values[0], "available_memory")]
+    return [_memory_value(value, f"available_memory[{index}]") for index, value in enumerate(values)]
+
+
+def _memory_values(memory: Any) -> list[Any]:
+    """``memory`` as a list: a lone value (anything but a list or tuple) is one value."""
+    if isinstance(memory, (list, tuple)):
+        return list(memory)
+    if isinstance(memory, (Mapping, set, frozenset)):
+        raise ConfigError(
+            f"available_memory = {shown(memory)} is not allowed: one number of bytes, or a list with "
+            "one per worker"
+        )
+    return [memory]
+
+
+def _memory_value(value: Any, what: str) -> int:
+    """One worker's bytes (see :func:`as_memories`)."""
+    if isinstance(value, (str, bytes)):
+        raise ConfigError(
+            f"{what} = {shown(value)} is a string; pass bytes as an int, e.g. "
+            f"kvrules.units.parse_size({shown(value)})"
+        )
+    return as_bytes(value, what, error=ConfigError)
 
 
 def check_config(config: object) -> EngineConfig:
@@ -65,7 +107,9 @@ def merge(
     :raises PluginError: a spec type answers wrongly about its sizes.
     """
     for index, specs in enumerate(workers):
-        ask.specs(specs, config, where=f"worker {index}, " if len(workers) > 1 else "worker 0, ")
+        where = f"worker {index}, " if len(workers) > 1 else "worker 0, "
+        check_names(specs, where)
+        ask.specs(specs, config, where=where)
     if len(workers) == 1:
         return workers[0]
     merged: dict[str, KVCacheSpec] = {}
@@ -82,7 +126,42 @@ def merge(
                     f"and worker {index} ({spec.to_dict()}); every worker must report the same spec "
                     "for a layer it shares"
                 )
+    check_layer_count(merged)
     ask.record(
         "merge", "merge", "applied", f"Merged the specs of {len(workers)} workers into {len(merged)} layers."
     )
     return merged
+
+
+def check_names(specs: Mapping[Any, Any], where: str) -> None:
+    """Every layer name a non-empty ``str`` that can be written as UTF-8, and at most
+    :data:`~kvrules.values.MAX_LAYERS` layers, so the plan, its JSON and every plugin only ever
+    see such names.
+
+    :raises SpecError: naming the first layer whose name is not one.
+    """
+    check_layer_count(specs, where)
+    if set(map(type, specs)) <= {str} and "" not in specs and _utf8("".join(specs)):
+        return  # every name at once, at C speed; else find the first bad one
+    for name in specs:
+        as_name(name, f"{where}layer name")
+
+
+def _utf8(text: str) -> bool:
+    """True when ``text`` can be written as UTF-8 (it has no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_layer_count(specs: Mapping[Any, Any], where: str = "") -> None:
+    """:raises SpecError: more than :data:`~kvrules.values.MAX_LAYERS` layers."""
+    if len(specs) > MAX_LAYERS:
+        raise SpecError(
+            f"{where}the model has {len(specs)} layers; kvrules plans at most {MAX_LAYERS} layers "
+            "(no real model approaches that)"
+        )

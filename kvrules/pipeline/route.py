@@ -22,7 +22,7 @@ def choose_route(
     :raises UnificationError: raised by the router itself (the caller may fall back).
     :raises GroupingError: no active router accepts the model.
     """
-    rule, answer, declined = ask.first(ctx.strategies.rules("router"), "route", (specs, ctx))
+    rule, answer, declined = ask.first(ctx.strategies.rules("router"), "route", (ask.frozen(specs), ctx))
     if rule is None:
         raise GroupingError(
             "no active router accepts this model; asked: "
@@ -41,7 +41,7 @@ def fall_back(
 
     :raises UnificationError: ``error`` again (with the fallbacks' reasons) when none applies.
     """
-    rule, answer, declined = ask.first(ctx.strategies.rules("fallback"), "route", (specs, ctx))
+    rule, answer, declined = ask.first(ctx.strategies.rules("fallback"), "route", (ask.frozen(specs), ctx))
     if rule is None:
         if declined:
             raise UnificationError(f"{error}\nFallbacks declined: {'; '.join(declined)}") from error

@@ -30,8 +30,11 @@ def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: Engin
         spec = group.spec
         if spec.has_members and not group.layer_names:
             continue
-        for member in spec.members(group.layer_names).values():
-            pages = member.blocks_per_request(config)
+        # a pooled group's layers all hold its spec: count them at once
+        members = spec.members(group.layer_names).values() if spec.has_members else (spec,)
+        weight = 1 if spec.has_members else len(group.layer_names)
+        for member in members:
+            pages = member.blocks_per_request(config) * weight
             real += pages * member.unpadded_page_size_bytes
             page_padding += pages * member.padding_bytes
         allocated += spec.blocks_per_request(config) * block_bytes

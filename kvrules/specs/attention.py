@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from kvrules.dtypes import dtype_name, dtype_size
 from kvrules.errors import SpecError
-from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, check_int, round_up
+from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, largest_divisor_at_most, round_up
+from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -49,8 +50,8 @@ class AttentionSpec(KVCacheSpec):
     def __post_init__(self) -> None:
         super().__post_init__()
         cls = type(self).__name__
-        check_int(f"{cls}.num_kv_heads", self.num_kv_heads)
-        check_int(f"{cls}.head_size", self.head_size)
+        self._set_int("num_kv_heads", maximum=MAX_DIMENSION)
+        self._set_int("head_size", maximum=MAX_DIMENSION)
         object.__setattr__(self, "dtype", dtype_name(self.dtype, field=f"{cls}.dtype"))
         object.__setattr__(
             self, "kv_quant_mode", KVQuantMode.parse(self.kv_quant_mode, field=f"{cls}.kv_quant_mode")
@@ -58,11 +59,12 @@ class AttentionSpec(KVCacheSpec):
         if self.head_size_v is None:
             default = self.head_size if self.default_head_size_v_is_head_size else 0
             object.__setattr__(self, "head_size_v", default)
-        check_int(f"{cls}.head_size_v", self.head_size_v, minimum=0)
+        self._set_int("head_size_v", minimum=0, maximum=MAX_DIMENSION)
         if not isinstance(self.indexes_kv_by_block_stride, bool):
             raise SpecError(
                 f"{cls}.indexes_kv_by_block_stride={self.indexes_kv_by_block_stride!r} must be true or false"
             )
+        self._set_int("page_size_padded", maximum=MAX_BYTES, optional=True)
         self._validate_extra()
         self._derive()
         if self.real_page_size_bytes <= 0:
@@ -70,7 +72,7 @@ class AttentionSpec(KVCacheSpec):
                 f"{cls} with block_size={self.block_size} holds no bytes "
                 f"(real page {self.real_page_size_bytes}); increase block_size"
             )
-        check_int(f"{cls}.page_size_padded", self.page_size_padded, optional=True)
+        self._check_page_bytes()
         if self.page_size_padded is not None and self.page_size_padded < self.unpadded_page_size_bytes:
             raise SpecError(
                 f"{cls}.page_size_padded={self.page_size_padded} is smaller than the real page "
@@ -167,9 +169,8 @@ class FullAttentionSpec(AttentionSpec):
     attention_chunk_size: int | None = None
 
     def _validate_extra(self) -> None:
-        cls = type(self).__name__
-        check_int(f"{cls}.sliding_window", self.sliding_window, optional=True)
-        check_int(f"{cls}.attention_chunk_size", self.attention_chunk_size, optional=True)
+        self._set_int("sliding_window", optional=True)
+        self._set_int("attention_chunk_size", optional=True)
 
     def uniform_type_key(self) -> Hashable | None:
         return ("full",)
@@ -192,7 +193,7 @@ class SinkFullAttentionSpec(FullAttentionSpec):
 
     def _validate_extra(self) -> None:
         super()._validate_extra()
-        check_int(f"{type(self).__name__}.sink_len", self.sink_len, minimum=0, optional=True)
+        self._set_int("sink_len", minimum=0, optional=True)
 
 
 class _MLAMixin:
@@ -214,10 +215,16 @@ class _MLAMixin:
     model_version: str | None
     dtype_size: int
 
+    if TYPE_CHECKING:  # provided by KVCacheSpec, which every class using the mixin derives from
+
+        def _set_int(
+            self, name: str, *, minimum: int | None = 1, maximum: int = MAX_TOKENS, optional: bool = False
+        ) -> None: ...
+
     def _validate_mla(self) -> None:
         cls = type(self).__name__
-        check_int(f"{cls}.compress_ratio", self.compress_ratio)
-        check_int(f"{cls}.alignment", self.alignment, optional=True)
+        self._set_int("compress_ratio")
+        self._set_int("alignment", maximum=MAX_BYTES, optional=True)
         if self.cache_dtype_str is not None and not isinstance(self.cache_dtype_str, str):
             raise SpecError(f"{cls}.cache_dtype_str={self.cache_dtype_str!r} must be a string")
         if self.model_version is not None and not isinstance(self.model_version, str):
@@ -306,7 +313,7 @@ class HiddenStateCacheSpec(MLAAttentionSpec):
         :raises SpecError: one token's hidden states exceed ``common_page``.
         """
         limit = max(common_page // self.token_bytes, 1)
-        block = next(d for d in range(min(group_block_size, limit), 0, -1) if group_block_size % d == 0)
+        block = largest_divisor_at_most(group_block_size, limit)
         if block * self.token_bytes > common_page:
             raise SpecError(
                 f"HiddenStateCacheSpec: one token takes {self.token_bytes} bytes, more than the common "
@@ -326,9 +333,8 @@ class SlidingWindowSpec(AttentionSpec):
     extra_retained_tokens: int = 0
 
     def _validate_extra(self) -> None:
-        cls = type(self).__name__
-        check_int(f"{cls}.sliding_window", self.sliding_window)
-        check_int(f"{cls}.extra_retained_tokens", self.extra_retained_tokens, minimum=0)
+        self._set_int("sliding_window")
+        self._set_int("extra_retained_tokens", minimum=0)
 
     def uniform_type_key(self) -> Hashable | None:
         return ("sliding_window", self.sliding_window)
@@ -413,7 +419,7 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     attention_chunk_size: int
 
     def _validate_extra(self) -> None:
-        check_int(f"{type(self).__name__}.attention_chunk_size", self.attention_chunk_size)
+        self._set_int("attention_chunk_size")
 
     def uniform_type_key(self) -> Hashable | None:
         return ("chunked_local", self.attention_chunk_size)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast, overload
 
 from kvrules.errors import SpecError
+from kvrules.values import MAX_BYTES, MAX_TOKENS, as_int, shown
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -89,14 +91,68 @@ class KVQuantMode(enum.Enum):
         return cls.NONE
 
 
-def check_int(field: str, value: Any, *, minimum: int = 1, optional: bool = False) -> None:
-    """Raise :class:`SpecError` unless ``value`` is an int >= ``minimum`` (or ``None`` if optional)."""
+@overload
+def check_int(
+    field: str,
+    value: Any,
+    *,
+    minimum: int | None = 1,
+    maximum: int = MAX_TOKENS,
+    optional: Literal[False] = False,
+) -> int: ...
+
+
+@overload
+def check_int(
+    field: str, value: Any, *, minimum: int | None = 1, maximum: int = MAX_TOKENS, optional: bool
+) -> int | None: ...
+
+
+def check_int(
+    field: str,
+    value: Any,
+    *,
+    minimum: int | None = 1,
+    maximum: int = MAX_TOKENS,
+    optional: bool = False,
+) -> int | None:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (:func:`kvrules.values.as_int`: numpy and
+    torch integers become ``int``; floats, bools and strings are refused), or ``None`` when
+    ``optional`` and absent.
+
+    :raises SpecError: ``"{field}={value} must be ..."``, naming the bound that is broken.
+    """
     if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{field}={value!r} must be an integer")
-    if value < minimum:
-        raise SpecError(f"{field}={value} must be >= {minimum}")
+        return None
+    try:
+        number = as_int(value, field)
+    except SpecError:
+        raise SpecError(f"{field}={shown(value)} must be an integer (not a float, bool or string)") from None
+    if minimum is not None and number < minimum:
+        raise SpecError(f"{field}={number} must be >= {minimum}")
+    if number > maximum:
+        raise SpecError(
+            f"{field}={shown(number)} must be <= {maximum}; no real layer comes near that, and the "
+            "sizes it leads to could not be held by a tensor"
+        )
+    return number
+
+
+def largest_divisor_at_most(number: int, limit: int) -> int:
+    """The largest divisor of ``number`` (>= 1) that is at most ``limit`` (>= 1).
+
+    A divisor ``d > isqrt(number)`` is ``number // i`` for a divisor ``i <= isqrt(number)``, and
+    ``d <= limit`` exactly when ``i >= ceil(number / limit)``: the smallest such ``i`` gives the
+    answer; failing that the answer is the largest small divisor ``<= limit``. At most
+    ``2 * isqrt(number)`` remainders, never work proportional to ``number`` itself.
+    """
+    if limit >= number:
+        return number
+    root = math.isqrt(number)
+    for small in range(-(-number // limit), root + 1):
+        if number % small == 0:
+            return number // small
+    return next(d for d in range(min(limit, root), 0, -1) if number % d == 0)
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -137,7 +193,43 @@ class KVCacheSpec:
     block_size: int
 
     def __post_init__(self) -> None:
-        check_int(f"{type(self).__name__}.block_size", self.block_size)
+        self._set_int("block_size", minimum=1, maximum=MAX_TOKENS)
+
+    def _set_int(
+        self, name: str, *, minimum: int | None = 1, maximum: int = MAX_TOKENS, optional: bool = False
+    ) -> None:
+        """Check the integer field ``name`` (:func:`check_int`, named ``Class.name``) and store it
+        as a plain ``int``, so specs built from ``16`` and ``numpy.int64(16)`` are equal."""
+        value = check_int(
+            f"{type(self).__name__}.{name}",
+            getattr(self, name),
+            minimum=minimum,
+            maximum=maximum,
+            optional=optional,
+        )
+        object.__setattr__(self, name, value)
+
+    def _check_page_bytes(self) -> None:
+        """Raise :class:`SpecError` naming this spec's fields when its page (padded or not) is
+        more than :data:`~kvrules.values.MAX_BYTES`; every pool size derived from it is then
+        bounded by the number of blocks."""
+        page = max(self.page_size_bytes, self.unpadded_page_size_bytes)
+        if page > MAX_BYTES:
+            raise SpecError(
+                f"{type(self).__name__}({self._fields_text()}) has a page of {shown(page)} bytes, more "
+                f"than {MAX_BYTES} (the largest tensor torch can hold); lower block_size or the "
+                "layer's dimensions"
+            )
+
+    def _fields_text(self) -> str:
+        """``name=value`` for each field that is set, for messages (mappings left out)."""
+        parts = []
+        for name in field_names(type(self)):
+            value = getattr(self, name)
+            if value is None or isinstance(value, Mapping):
+                continue
+            parts.append(f"{name}={value.name if isinstance(value, enum.Enum) else shown(value)}")
+        return ", ".join(parts)
 
     # -- identity -----------------------------------------------------------------------
     def field_values(self) -> tuple[Any, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kvrules.dtypes import dtype_name, dtype_size
 from kvrules.errors import SpecError
 from kvrules.specs.base import KVCacheSpec, cdiv, check_int
+from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS, shown
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -39,17 +40,10 @@ class MambaSpec(KVCacheSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        try:
-            shapes = tuple(tuple(int(d) for d in shape) for shape in self.shapes)
-        except (TypeError, ValueError):
-            raise SpecError(
-                f"MambaSpec.shapes={self.shapes!r} must be a list of shapes (lists of integers)"
-            ) from None
+        listed = _items(self.shapes, "MambaSpec.shapes", "a list of shapes (lists of integers)")
+        shapes = tuple(_shape(index, shape) for index, shape in enumerate(listed))
         if not shapes:
             raise SpecError("MambaSpec.shapes is empty; a Mamba layer holds at least one state tensor")
-        for shape in shapes:
-            if not shape or any(d <= 0 for d in shape):
-                raise SpecError(f"MambaSpec.shapes has an invalid shape {list(shape)}: every dim must be > 0")
         if isinstance(self.dtypes, str) or not isinstance(self.dtypes, (list, tuple)):
             raise SpecError(f"MambaSpec.dtypes={self.dtypes!r} must be a list with one dtype per shape")
         dtypes = tuple(dtype_name(d, field="MambaSpec.dtypes") for d in self.dtypes)
@@ -66,8 +60,9 @@ class MambaSpec(KVCacheSpec):
             raise SpecError(
                 f"MambaSpec.mamba_cache_mode={self.mamba_cache_mode!r}; use one of {', '.join(MAMBA_CACHE_MODES)}"
             )
-        check_int("MambaSpec.num_speculative_blocks", self.num_speculative_blocks, minimum=0)
-        check_int("MambaSpec.page_size_padded", self.page_size_padded, optional=True)
+        self._set_int("num_speculative_blocks", minimum=0, maximum=MAX_TOKENS)
+        self._set_int("page_size_padded", maximum=MAX_BYTES, optional=True)
+        _check_state_bytes(shapes, dtypes)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise SpecError(
                 f"MambaSpec.page_size_padded={self.page_size_padded} is smaller than the real page "
@@ -97,3 +92,44 @@ class MambaSpec(KVCacheSpec):
         if self.mamba_cache_mode == "align":
             return (2 + extra) * self.page_size_bytes
         return (1 + extra) * self.page_size_bytes
+
+
+def _items(value: Any, field: str, allowed: str) -> tuple[Any, ...]:
+    """The entries of a list-like ``value`` (a string or a mapping is not one)."""
+    if not isinstance(value, (str, bytes, Mapping)):
+        try:
+            return tuple(value)
+        except TypeError:
+            pass
+    raise SpecError(f"{field}={shown(value)} must be {allowed}")
+
+
+def _shape(index: int, shape: Any) -> tuple[int, ...]:
+    """Shape ``index`` as a tuple of ints, each from 1 to :data:`~kvrules.values.MAX_DIMENSION`."""
+    field = f"MambaSpec.shapes[{index}]"
+    dims = tuple(
+        check_int(f"{field}[{axis}]", dim, minimum=None, maximum=MAX_DIMENSION)
+        for axis, dim in enumerate(_items(shape, field, "a list of integers"))
+    )
+    if not dims or any(d <= 0 for d in dims):
+        raise SpecError(f"MambaSpec.shapes has an invalid shape {list(dims)}: every dim must be > 0")
+    return dims
+
+
+def _check_state_bytes(shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> None:
+    """Raise :class:`SpecError` when the state tensors together exceed :data:`MAX_BYTES`; the
+    product stops growing as soon as it passes the bound, so many huge dims cost nothing."""
+    total = 0
+    for index, (shape, dtype) in enumerate(zip(shapes, dtypes, strict=True)):
+        size = dtype_size(dtype)
+        for dim in shape:
+            size *= dim
+            if size > MAX_BYTES:
+                break
+        total += size
+        if total > MAX_BYTES:
+            raise SpecError(
+                f"MambaSpec(shapes={shown(shapes)}, dtypes={shown(dtypes)}): the state tensors up to "
+                f"shapes[{index}] hold more than {MAX_BYTES} bytes (the largest tensor torch can hold); "
+                "lower the state dimensions"
+            )

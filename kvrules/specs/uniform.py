@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvrules.errors import SpecError
 from kvrules.specs.base import KVCacheSpec, cdiv
+from kvrules.values import as_name
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -36,9 +37,11 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         if not isinstance(self.kv_cache_specs, Mapping) or not self.kv_cache_specs:
             raise SpecError("UniformTypeKVCacheSpecs.kv_cache_specs must be a non-empty mapping")
         for name, spec in self.kv_cache_specs.items():
+            as_name(name, "UniformTypeKVCacheSpecs.kv_cache_specs member name")
             if not isinstance(spec, KVCacheSpec):
                 raise SpecError(f"UniformTypeKVCacheSpecs member {name!r} is not a spec: {spec!r}")
         object.__setattr__(self, "kv_cache_specs", MappingProxyType(dict(self.kv_cache_specs)))
+        self._check_page_bytes()
 
     def field_values(self) -> tuple[Any, ...]:
         return (self.block_size, tuple(self.kv_cache_specs.items()))
