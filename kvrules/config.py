@@ -2,21 +2,111 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
-from kvrules.errors import ConfigError
+from kvrules.errors import ConfigError, KVRulesError
+from kvrules.values import (
+    MAX_BLOCKS,
+    MAX_DIMENSION,
+    MAX_TOKENS,
+    allowed_range,
+    as_bool,
+    as_int,
+    as_name,
+    shown,
+)
 
 DEFAULT_DRAFT_PREFIXES: tuple[str, ...] = ("draft.", "drafter.", "draft_model.")
 #: speculative methods whose drafter reads the target's hidden states (vLLM 0.28's ``use_eagle()``)
 EAGLE_STYLE_METHODS: frozenset[str] = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"EngineConfig.{name}={value!r} must be an integer")
-    if value < minimum:
-        raise ConfigError(f"EngineConfig.{name}={value} must be >= {minimum}")
+def _integer(value: Any, name: str, *, minimum: int, maximum: int, optional: bool = False) -> int | None:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (numpy integers normalised)."""
+    if optional and value is None:
+        return None
+    try:
+        return as_int(value, name, minimum=minimum, maximum=maximum, error=ConfigError)
+    except KVRulesError:
+        allowed = allowed_range("an integer", minimum, maximum)
+        raise ConfigError(f"EngineConfig.{name}={shown(value)} must be {allowed}") from None
+
+
+def _flag(value: Any, name: str) -> bool:
+    try:
+        return as_bool(value, name, error=ConfigError)
+    except KVRulesError:
+        raise ConfigError(f"EngineConfig.{name}={shown(value)} must be true or false") from None
+
+
+def _prefixes(value: Any, name: str) -> tuple[str, ...]:
+    """A tuple of non-empty prefixes from a list or tuple of them (a bare string is refused: it
+    would be read as one prefix per character)."""
+    problem = ConfigError(
+        f"EngineConfig.{name}={shown(value)} must be a list of non-empty layer-name prefixes, "
+        "e.g. ['draft.'] (an empty list: no draft layers)"
+    )
+    if not isinstance(value, (list, tuple)):
+        raise problem
+    try:
+        return tuple(as_name(p, name, error=ConfigError) for p in value)
+    except KVRulesError:
+        raise problem from None
+
+
+def _method(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        method = as_name(value, name, error=ConfigError)
+    except KVRulesError:
+        method = ""
+    if not method.strip():
+        raise ConfigError(
+            f"EngineConfig.{name}={shown(value)} must be a method name such as 'mtp' or "
+            "'eagle3', or null for no speculative decoding"
+        )
+    return method
+
+
+_tokens = partial(_integer, maximum=MAX_TOKENS)
+_parallel = partial(_integer, minimum=1, maximum=MAX_DIMENSION)
+
+#: field name -> its check: the value as stored, or a :class:`ConfigError` naming the field
+FIELD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "max_model_len": partial(_tokens, minimum=1),
+    "max_num_batched_tokens": partial(_tokens, minimum=0),
+    "max_num_encoder_input_tokens": partial(_tokens, minimum=0, optional=True),
+    "disable_hybrid_kv_cache_manager": _flag,
+    "num_gpu_blocks_override": partial(_integer, minimum=1, maximum=MAX_BLOCKS, optional=True),
+    "decode_context_parallel_size": _parallel,
+    "prefill_context_parallel_size": _parallel,
+    "extra_retained_tokens": partial(_tokens, minimum=0),
+    "draft_layer_prefixes": _prefixes,
+    "auto_fit_max_model_len": _flag,
+    "speculative_method": _method,
+}
+
+
+def check_settings(data: Any) -> dict[str, Any]:
+    """Engine settings (some or all :class:`EngineConfig` fields, e.g. a model file's ``engine``
+    section), each checked and normalised (numpy integers to ``int``, a prefix list to a tuple).
+
+    :raises ConfigError: not a mapping, an unknown key, or an invalid value (naming the field).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"engine settings must be a mapping of EngineConfig fields, got {type(data).__name__} {shown(data)}"
+        )
+    unknown = sorted(repr(k) if not isinstance(k, str) else k for k in data if k not in FIELD_CHECKS)
+    if unknown:
+        raise ConfigError(
+            f"unknown engine setting(s) {', '.join(unknown)}; known: {', '.join(sorted(FIELD_CHECKS))}"
+        )
+    return {name: FIELD_CHECKS[name](value, name) for name, value in data.items()}
 
 
 @dataclass(frozen=True)
@@ -52,30 +142,8 @@ class EngineConfig:
     speculative_method: str | None = None
 
     def __post_init__(self) -> None:
-        _check_int("max_model_len", self.max_model_len, 1)
-        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 0)
-        if self.max_num_encoder_input_tokens is not None:
-            _check_int("max_num_encoder_input_tokens", self.max_num_encoder_input_tokens, 0)
-        if self.num_gpu_blocks_override is not None:
-            _check_int("num_gpu_blocks_override", self.num_gpu_blocks_override, 1)
-        _check_int("decode_context_parallel_size", self.decode_context_parallel_size, 1)
-        _check_int("prefill_context_parallel_size", self.prefill_context_parallel_size, 1)
-        _check_int("extra_retained_tokens", self.extra_retained_tokens, 0)
-        for name in ("disable_hybrid_kv_cache_manager", "auto_fit_max_model_len"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"EngineConfig.{name}={getattr(self, name)!r} must be true or false")
-        prefixes = self.draft_layer_prefixes
-        if isinstance(prefixes, str) or not all(isinstance(p, str) and p for p in prefixes):
-            raise ConfigError(
-                f"EngineConfig.draft_layer_prefixes={prefixes!r} must be a sequence of non-empty strings"
-            )
-        object.__setattr__(self, "draft_layer_prefixes", tuple(prefixes))
-        method = self.speculative_method
-        if method is not None and (not isinstance(method, str) or not method.strip()):
-            raise ConfigError(
-                f"EngineConfig.speculative_method={method!r} must be a method name such as 'mtp' or "
-                "'eagle3', or null for no speculative decoding"
-            )
+        for f in fields(self):
+            object.__setattr__(self, f.name, FIELD_CHECKS[f.name](getattr(self, f.name), f.name))
 
     @property
     def eagle_style_speculation(self) -> bool:
@@ -105,17 +173,13 @@ class EngineConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
-        """Build a config from :meth:`to_dict` output; unknown keys raise :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown engine setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        if "max_model_len" not in data:
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        """Build a config from :meth:`to_dict` output (see :func:`check_settings`).
+
+        :raises ConfigError: not a mapping, an unknown key, a missing ``max_model_len``, or an
+            invalid value.
+        """
+        values = check_settings(data)
+        if "max_model_len" not in values:
             raise ConfigError("engine setting max_model_len is required")
-        values = dict(data)
-        if "draft_layer_prefixes" in values:
-            values["draft_layer_prefixes"] = tuple(values["draft_layer_prefixes"])
         return cls(**values)

@@ -10,18 +10,19 @@ JSON (or TOML) of the shape::
 
 from __future__ import annotations
 
-import json
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvrules.config import check_settings
 from kvrules.errors import KVRulesError, ModelFileError
+from kvrules.jsonfile import as_path, read_document
 from kvrules.plugin.manager import default_manager
 from kvrules.specs import io
 from kvrules.specs.base import KVCacheSpec
 from kvrules.units import parse_size
+from kvrules.values import as_name, shown
 
 TOP_LEVEL_KEYS = ("layers", "workers", "engine", "available_memory", "description")
 
@@ -72,6 +73,26 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
         )
 
 
+def _layer_name(name: Any, source: str) -> str:
+    """A layer name: a non-empty string that can be written as UTF-8."""
+    try:
+        return as_name(name, "layer name", error=ModelFileError)
+    except KVRulesError as exc:
+        raise ModelFileError(f"{source}: 'layers': {exc}") from None
+
+
+def _check_members(name: str, spec: KVCacheSpec, source: str) -> None:
+    """A group spec with members (``uniform_type``) as one layer's spec must hold exactly that
+    layer: the planner makes such group specs itself; a model file lists every layer on its own."""
+    members = list(spec.member_specs) if spec.has_members else [name]
+    if members != [name]:
+        raise ModelFileError(
+            f"{source}: layer {name!r} has a {spec.type_name!r} spec with member(s) "
+            f"{', '.join(map(repr, members[:4]))}; in a model file such a spec must have exactly one "
+            f"member named like its layer ({name!r}); list each layer under 'layers' with its own spec instead"
+        )
+
+
 def _parse_layers(
     layers: Any, source: str, spec_types: Mapping[str, type[KVCacheSpec]]
 ) -> dict[str, KVCacheSpec]:
@@ -79,35 +100,59 @@ def _parse_layers(
     if not isinstance(layers, Mapping):
         raise ModelFileError(f"{source}: 'layers' must map layer names to specs")
     specs: dict[str, KVCacheSpec] = {}
-    for name, spec in layers.items():
+    for raw_name, data in layers.items():
+        name = _layer_name(raw_name, source)
         try:
-            specs[name] = io.spec_from_dict(spec, layer=name, spec_types=spec_types)
+            spec = io.spec_from_dict(data, layer=name, spec_types=spec_types)
         except KVRulesError as exc:
             raise ModelFileError(f"{source}: {exc}") from None
+        _check_members(name, spec, source)
+        specs[name] = spec
     return specs
+
+
+def _worker_names(index: int, names: Any, source: str) -> list[str]:
+    """Worker ``index``'s list of layer names (each a string, none twice)."""
+    if not isinstance(names, list):
+        raise ModelFileError(f"{source}: 'workers'[{index}] = {shown(names)} must be a list of layer names")
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str):
+            raise ModelFileError(
+                f"{source}: 'workers'[{index}] holds {shown(name)}; a worker lists layer names (strings)"
+            )
+        if name in out:
+            raise ModelFileError(f"{source}: 'workers'[{index}] lists layer {name!r} twice")
+        out.append(name)
+    return out
 
 
 def _parse_workers(workers: Any, source: str, specs: Mapping[str, KVCacheSpec]) -> list[list[str]] | None:
     """The optional ``workers`` section: every layer of ``specs`` on some worker, no other names."""
     if workers is None:
         return None
-    if not isinstance(workers, list) or not all(isinstance(w, list) for w in workers) or not workers:
-        raise ModelFileError(f"{source}: 'workers' must be a list of lists of layer names")
-    placed = [n for w in workers for n in w]
+    if not isinstance(workers, list) or not workers:
+        raise ModelFileError(f"{source}: 'workers' must be a non-empty list of lists of layer names")
+    stages = [_worker_names(i, names, source) for i, names in enumerate(workers)]
+    placed = {n for names in stages for n in names}
     for name in placed:
         if name not in specs:
             raise ModelFileError(f"{source}: 'workers' names layer {name!r}, which is not in 'layers'")
-    missing = [n for n in specs if n not in set(placed)]
+    missing = [n for n in specs if n not in placed]
     if missing:
         raise ModelFileError(f"{source}: layer(s) {', '.join(missing[:3])} are on no worker in 'workers'")
-    return [list(w) for w in workers]
+    return stages
 
 
 def _parse_engine(engine: Any, source: str) -> dict[str, Any]:
-    """The optional ``engine`` section (checked to be an object; its fields are EngineConfig's)."""
+    """The optional ``engine`` section: EngineConfig fields, each checked (``max_model_len`` may
+    come from the command line instead)."""
     if not isinstance(engine, Mapping):
         raise ModelFileError(f"{source}: 'engine' must be an object of EngineConfig fields")
-    return dict(engine)
+    try:
+        return check_settings(engine)
+    except KVRulesError as exc:
+        raise ModelFileError(f"{source}: engine: {exc}") from None
 
 
 def _parse_memory(memory: Any, source: str) -> list[int] | None:
@@ -119,6 +164,12 @@ def _parse_memory(memory: Any, source: str) -> list[int] | None:
         return [parse_size(m) for m in items]
     except KVRulesError as exc:
         raise ModelFileError(f"{source}: available_memory: {exc}") from None
+
+
+def _description(value: Any, source: str) -> str:
+    if not isinstance(value, str):
+        raise ModelFileError(f"{source}: 'description' = {shown(value)} must be a string")
+    return value
 
 
 def parse_model(
@@ -137,22 +188,17 @@ def parse_model(
         _parse_workers(data.get("workers"), source, specs),
         _parse_engine(data.get("engine", {}), source),
         _parse_memory(data.get("available_memory"), source),
-        str(data.get("description", "")),
+        _description(data.get("description", ""), source),
     )
 
 
 def load_model_file(path: str | Path, spec_types: Mapping[str, type[KVCacheSpec]] | None = None) -> ModelFile:
-    """Read a JSON or TOML model file.
+    """Read a JSON or TOML model file (``.toml``: TOML; anything else: JSON) with
+    :func:`kvrules.jsonfile.read_document`.
 
-    :raises ModelFileError: missing file, invalid JSON/TOML, or an invalid field (naming file and field).
+    :raises ModelFileError: a missing or unreadable file, text that is not UTF-8, invalid or too
+        deeply nested JSON/TOML, a duplicate JSON key, or an invalid field (naming file and field).
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ModelFileError(f"{p}: cannot read the model file ({exc.strerror or exc})") from None
-    try:
-        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ModelFileError(f"{p}: invalid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
+    p = as_path(path, "model file")
+    data = read_document(p, "model file", "toml" if p.suffix == ".toml" else "json")
     return parse_model(data, str(p), spec_types)

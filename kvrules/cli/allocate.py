@@ -15,6 +15,7 @@ from typing import Any
 
 from kvrules.allocation import Allocation, LayoutChoice, allocate, choose_allocator
 from kvrules.allocation.views import check_layout_names
+from kvrules.cli import flags
 from kvrules.cli.common import (
     add_common,
     add_plan_arguments,
@@ -34,12 +35,12 @@ from kvrules.report.tables import table
 from kvrules.units import format_size, parse_size
 
 DEFAULT_FRACTION = 0.9
-_FRACTION = re.compile(r"^\s*\d*\.\d*\s*$")
+_FRACTION = re.compile(r"\s*[0-9]*\.[0-9]*\s*", re.ASCII)
 
 
 def _fraction(text: str) -> float | None:
     """The fraction in ``text`` (``0.9``, ``.5``, ``1.0``), or ``None`` when it is a size."""
-    if not _FRACTION.match(text) or text.strip() == ".":
+    if not _FRACTION.fullmatch(text) or text.strip() == ".":
         return None
     value = float(text)
     if not 0 < value <= 1:
@@ -215,7 +216,11 @@ def register(subparsers: Any) -> None:
         "--device", default="cuda", help="cuda, cuda:N, cpu, or meta for a dry run (default: cuda)"
     )
     p.add_argument(
-        "--worker", type=int, default=0, metavar="N", help="the worker (pipeline stage) to allocate"
+        "--worker",
+        type=flags.WORKER_INDEX,
+        default=0,
+        metavar="N",
+        help="the worker (pipeline stage) to allocate",
     )
     p.add_argument(
         "--layout",

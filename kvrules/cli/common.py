@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import structlog
 
+from kvrules.cli import flags
 from kvrules.cli.hf import add_hf_arguments, hf_model_from_args
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, ModelFileError
@@ -97,16 +99,11 @@ def load_model(args: argparse.Namespace, pm: KVRulesPluginManager) -> tuple[Mode
 def engine_config(model: ModelFile, args: argparse.Namespace) -> EngineConfig:
     """Engine settings from the model file, overridden by command-line flags."""
     values = dict(model.engine)
-    if getattr(args, "max_model_len", None) is not None:
-        if args.max_model_len == "auto":
-            values["auto_fit_max_model_len"] = True
-        else:
-            try:
-                values["max_model_len"] = int(args.max_model_len)
-            except ValueError:
-                raise ConfigError(
-                    f"--max-model-len {args.max_model_len!r} must be an integer or 'auto'"
-                ) from None
+    length = getattr(args, "max_model_len", None)
+    if length == flags.AUTO:
+        values["auto_fit_max_model_len"] = True
+    elif length is not None:
+        values["max_model_len"] = length
     for flag in ("max_num_batched_tokens", "num_gpu_blocks_override"):
         if getattr(args, flag, None) is not None:
             values[flag] = getattr(args, flag)
@@ -146,18 +143,57 @@ def memory_from(model: ModelFile, args: argparse.Namespace) -> list[int]:
     raise ConfigError("no memory given: pass --memory (e.g. 40GiB, or 40GiB,40GiB per worker)")
 
 
+def output_path(path: str | None, flag: str) -> Path | None:
+    """``path`` of an output flag (``-o``, ``--picture``) checked before any work: a file name in
+    an existing directory (``None`` when the flag is not given).
+
+    :raises ConfigError: ``path`` is a directory or its directory does not exist.
+    """
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory; give a file path, e.g. {p / 'plan.json'}")
+    parent = p.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: the directory {parent} does not exist; create it first")
+    return p
+
+
+def write_output(path: str, text: str, flag: str) -> None:
+    """Write ``text`` to the output file of ``flag``.
+
+    :raises ConfigError: the file cannot be written (naming the flag, the path and why).
+    """
+    output_path(path, flag)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise written_error(flag, path, exc) from None
+
+
+def written_error(flag: str, path: str, exc: OSError) -> ConfigError:
+    """The error for an output file of ``flag`` that could not be written."""
+    return ConfigError(f"{flag} {path}: cannot write the file ({exc.strerror or exc})")
+
+
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Model input and engine flags shared by commands that plan."""
     parser.add_argument("file", nargs="?", help="model file (JSON or TOML)")
     parser.add_argument("--example", metavar="NAME", help="a built-in example (see `kvrules examples`)")
     parser.add_argument("--memory", metavar="SIZE[,SIZE...]", help="KV-cache memory per worker, e.g. 40GiB")
-    parser.add_argument("--max-model-len", metavar="N|auto", help="longest request; 'auto' fits it to memory")
-    parser.add_argument("--max-num-batched-tokens", type=int, metavar="N")
-    parser.add_argument("--num-gpu-blocks-override", type=int, metavar="N")
+    parser.add_argument(
+        "--max-model-len",
+        type=flags.length_or_auto,
+        metavar="N|auto",
+        help="longest request; 'auto' fits it to memory",
+    )
+    parser.add_argument("--max-num-batched-tokens", type=flags.TOKENS_OR_ZERO, metavar="N")
+    parser.add_argument("--num-gpu-blocks-override", type=flags.BLOCKS, metavar="N")
     parser.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
     parser.add_argument(
         "--workers",
-        type=int,
+        type=flags.WORKERS,
         metavar="N",
         help="split the layers into N pipeline stages in layer order (when the model file lists none)",
     )

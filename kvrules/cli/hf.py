@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from kvrules.cli import flags
 from kvrules.errors import ConfigError, ModelFileError
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.hf.build import MTP, HFModelFile, model_from_hf
@@ -61,12 +62,15 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         "--tp",
         "--tensor-parallel-size",
         dest="tensor_parallel_size",
-        type=int,
+        type=flags.PARALLEL,
         metavar="N",
         help="tensor-parallel size (KV heads and Mamba states per rank)",
     )
     g.add_argument(
-        "--block-size", type=int, metavar="N", help="cache block size in tokens (default: the backend's, 16)"
+        "--block-size",
+        type=flags.TOKENS,
+        metavar="N",
+        help="cache block size in tokens (default: the backend's, 16)",
     )
     g.add_argument("--mamba-cache-dtype", choices=MAMBA_DTYPES, help="Mamba conv-state dtype (default auto)")
     g.add_argument(
@@ -78,10 +82,16 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         "--mamba-cache-mode", choices=MAMBA_CACHE_MODES, help="Mamba prefix-cache mode (default align)"
     )
     g.add_argument(
-        "--mamba-block-size", type=int, metavar="N", help="Mamba block size for --mamba-cache-mode all"
+        "--mamba-block-size",
+        type=flags.TOKENS,
+        metavar="N",
+        help="Mamba block size for --mamba-cache-mode all",
     )
     g.add_argument(
-        "--num-speculative-tokens", type=int, metavar="K", help="draft tokens per step (default 0)"
+        "--num-speculative-tokens",
+        type=flags.TOKENS_OR_ZERO,
+        metavar="K",
+        help="draft tokens per step (default 0)",
     )
     g.add_argument(
         "--attention-backend",
@@ -100,8 +110,8 @@ def option_overrides(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             out[field] = value
     length = getattr(args, "max_model_len", None)
-    if length is not None and str(length).isdigit():
-        out["max_model_len"] = int(length)
+    if isinstance(length, int):  # parsed by kvrules.cli.flags ('auto' is not an option value)
+        out["max_model_len"] = length
     return out
 
 

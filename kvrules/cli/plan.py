@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from kvrules.cli.common import (
@@ -13,8 +12,11 @@ from kvrules.cli.common import (
     engine_config,
     load_model,
     memory_from,
+    output_path,
     plugin_manager_from,
     strategies_from,
+    write_output,
+    written_error,
 )
 from kvrules.cli.hf import with_model_decisions
 from kvrules.pipeline import Planner
@@ -24,6 +26,8 @@ from kvrules.report.tables import render_plan
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    output_path(args.output, "-o")
+    output_path(getattr(args, "picture", None), "--picture")
     pm = plugin_manager_from(args)
     model, title = load_model(args, pm)
     apply_workers(model, args)
@@ -32,9 +36,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     planner = Planner(strategies_from(args), plugin_manager=pm)
     plan = with_model_decisions(planner.plan(model.worker_specs(), memory, config), model)
     if args.output:
-        Path(args.output).write_text(plan.to_json() + "\n", encoding="utf-8")
+        write_output(args.output, plan.to_json() + "\n", "-o")
     if getattr(args, "picture", None):
-        draw_layout(plan, args.picture, title=f"kvrules plan: {title}")
+        try:
+            draw_layout(plan, args.picture, title=f"kvrules plan: {title}")
+        except OSError as exc:
+            raise written_error("--picture", args.picture, exc) from None
     if args.json:
         print(plan.to_json())
     else:

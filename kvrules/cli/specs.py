@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
+from kvrules.cli import flags
+from kvrules.cli.common import add_common, output_path, plugin_manager_from, strategies_from, write_output
 from kvrules.cli.hf import add_hf_arguments, hf_model_from_args
 from kvrules.errors import ModelFileError
 from kvrules.hf.build import HFModel, HFModelFile
@@ -82,6 +82,7 @@ def render_model(model: HFModel, title: str) -> str:
 
 
 def cmd_specs(args: argparse.Namespace) -> int:
+    output_path(args.output, "-o")
     pm = plugin_manager_from(args)
     found = hf_model_from_args(args, pm, strategies_from(args))
     if found is None:
@@ -96,7 +97,7 @@ def cmd_specs(args: argparse.Namespace) -> int:
     if model_file.available_memory:
         document["available_memory"] = list(model_file.available_memory)
     if args.output:
-        Path(args.output).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        write_output(args.output, json.dumps(document, indent=1) + "\n", "-o")
     if args.json:
         print(json.dumps(document, indent=1))
     else:
@@ -112,7 +113,12 @@ def register(subparsers: Any) -> None:
     """Add the ``specs`` sub-command."""
     p = subparsers.add_parser("specs", help="derive per-layer specs from a Hugging Face config.json")
     p.add_argument("--example", metavar="NAME", help="a built-in hf-* example (see `kvrules examples`)")
-    p.add_argument("--max-model-len", metavar="N", help="longest request (Mamba blocks in 'none' mode)")
+    p.add_argument(
+        "--max-model-len",
+        type=flags.TOKENS,
+        metavar="N",
+        help="longest request (Mamba blocks in 'none' mode)",
+    )
     add_hf_arguments(p)
     p.add_argument("-o", "--output", metavar="PATH", help="write the specs as a model file to PATH")
     p.add_argument("--json", action="store_true", help="print the model file as JSON")

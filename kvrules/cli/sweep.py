@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kvrules.cli import flags
 from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
 from kvrules.cli.progress import Progress
 from kvrules.config import EngineConfig
@@ -26,6 +27,7 @@ from kvrules.pipeline import Planner
 from kvrules.report.summary import efficiency
 from kvrules.report.tables import table
 from kvrules.units import format_size, parse_sizes
+from kvrules.values import MAX_DIMENSION, MAX_TOKENS
 
 AXES = ("tensor_parallel_size", "kv_cache_dtype", "num_speculative_tokens")
 
@@ -51,16 +53,6 @@ HEADERS = (
     "efficiency",
     "status",
 )
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"{flag} {text!r} must be comma-separated integers, e.g. 1,2,4,8") from None
-    if not values:
-        raise ConfigError(f"{flag} is empty")
-    return values
 
 
 def _dtypes(text: str) -> list[str]:
@@ -123,7 +115,7 @@ def _fixed_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`HFOptions` fields set on the command line that no axis varies."""
     fixed = {flag: getattr(args, flag) for flag in FIXED_FLAGS if getattr(args, flag, None) is not None}
     if args.max_model_len is not None:
-        fixed["max_model_len"] = int(args.max_model_len)
+        fixed["max_model_len"] = args.max_model_len
     return fixed
 
 
@@ -131,7 +123,7 @@ def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Engine settings given on the command line."""
     engine: dict[str, Any] = {}
     if args.max_model_len is not None:
-        engine["max_model_len"] = int(args.max_model_len)
+        engine["max_model_len"] = args.max_model_len
     if args.max_num_batched_tokens is not None:
         engine["max_num_batched_tokens"] = args.max_num_batched_tokens
     return engine
@@ -168,10 +160,16 @@ def sweep_input(args: argparse.Namespace) -> SweepInput:
 def combinations(args: argparse.Namespace, base: dict[str, Any]) -> list[tuple[int, str, int]]:
     """Every (TP size, KV-cache dtype, speculative tokens) to plan; an axis not given on the
     command line takes its one value from ``base``."""
-    tps = _ints(args.tp, "--tp") if args.tp else [base.get("tensor_parallel_size", 1)]
+    tps = (
+        flags.integer_list(args.tp, "--tp", minimum=1, maximum=MAX_DIMENSION)
+        if args.tp
+        else [base.get("tensor_parallel_size", 1)]
+    )
     kvs = _dtypes(args.kv_cache_dtype) if args.kv_cache_dtype else [base.get("kv_cache_dtype", "auto")]
     ks = (
-        _ints(args.num_speculative_tokens, "--num-speculative-tokens")
+        flags.integer_list(
+            args.num_speculative_tokens, "--num-speculative-tokens", minimum=0, maximum=MAX_TOKENS
+        )
         if args.num_speculative_tokens
         else [base.get("num_speculative_tokens", 0)]
     )
@@ -241,13 +239,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--example", metavar="NAME", help="a built-in hf-* example")
     p.add_argument("--draft", metavar="CONFIG|mtp", help="the draft model's config.json, or 'mtp'")
     p.add_argument("--memory", metavar="SIZE[,SIZE...]", help="KV-cache memory per worker, e.g. 70GiB")
-    p.add_argument("--max-model-len", type=int, metavar="N", help="longest request (default: the config's)")
-    p.add_argument("--max-num-batched-tokens", type=int, metavar="N")
+    p.add_argument(
+        "--max-model-len", type=flags.TOKENS, metavar="N", help="longest request (default: the config's)"
+    )
+    p.add_argument("--max-num-batched-tokens", type=flags.TOKENS_OR_ZERO, metavar="N")
     p.add_argument("--tp", metavar="N[,N...]", help="tensor-parallel sizes, e.g. 1,2,4,8")
     p.add_argument("--kv-cache-dtype", metavar="DTYPE[,DTYPE...]", help="KV-cache dtypes, e.g. auto,fp8")
     p.add_argument("--num-speculative-tokens", metavar="K[,K...]", help="speculative tokens, e.g. 0,4")
     p.add_argument("--draft-kv-cache-dtype", choices=tuple(KV_CACHE_DTYPES), metavar="DTYPE")
-    p.add_argument("--block-size", type=int, metavar="N")
+    p.add_argument("--block-size", type=flags.TOKENS, metavar="N")
     p.add_argument("--mamba-cache-mode", choices=("none", "align", "all"))
     p.add_argument("--mamba-ssm-cache-dtype", choices=("auto", "float32", "bfloat16", "float16"))
     p.add_argument("--attention-backend", metavar="NAME")

@@ -21,7 +21,7 @@ from kvrules.errors import ModelFileError
 from kvrules.hf.align import AlignContext, align_specs
 from kvrules.hf.architecture import Architecture
 from kvrules.hf.backends import AUTO, BACKENDS
-from kvrules.hf.config import HFConfig
+from kvrules.hf.config import MAX_HF_LAYERS, HFConfig
 from kvrules.hf.options import HFOptions
 from kvrules.hf.select import STAGE, record_built, select_architecture
 from kvrules.hf.settings import BuildSettings, resolve_settings
@@ -179,6 +179,7 @@ class _Build:
 
 
 def _build_target(cfg: HFConfig, options: HFOptions, ask: Asker) -> _Build:
+    cfg.check_layer_counts()
     arch, check = select_architecture(cfg, ask, role="target")
     settings = _settings(cfg, arch, options, ask)
     specs = ask.build(arch, cfg, settings)
@@ -197,6 +198,13 @@ def _build_target(cfg: HFConfig, options: HFOptions, ask: Asker) -> _Build:
 def _add_mtp_draft(build: _Build) -> None:
     cfg, arch, ask, options = build.config, build.arch, build.ask, build.options
     count = int(ask.call("architecture", arch, "mtp_layer_count", cfg))
+    if count > MAX_HF_LAYERS:  # the config's own counts are bounded: the architecture made this up
+        raise ask.fault(
+            "architecture",
+            arch,
+            f"answered mtp_layer_count() with {count:,} for {cfg.source}; it must be at most "
+            f"{MAX_HF_LAYERS:,} (kvrules.hf.config.MAX_HF_LAYERS)",
+        )
     if count <= 0:
         raise ModelFileError(
             f"{cfg.source}: draft 'mtp' needs multi-token-prediction layers, but the config has no "
@@ -231,6 +239,7 @@ def _add_mtp_draft(build: _Build) -> None:
 def _add_model_draft(build: _Build, draft: ConfigInput) -> None:
     ask, settings = build.ask, build.settings
     dcfg = as_config(draft, "draft")
+    dcfg.check_layer_counts()
     darch, dcheck = select_architecture(dcfg, ask, role="draft")
     dmla = bool(ask.call("architecture", darch, "uses_mla", dcfg))
     d_settings = _settings(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvrules.dtypes import dtype_name
-from kvrules.errors import ConfigError, SpecError
+from kvrules.errors import ConfigError, KVRulesError
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.specs.base import KVQuantMode
 from kvrules.specs.mamba import MAMBA_CACHE_MODES
+from kvrules.values import MAX_DIMENSION, MAX_TOKENS, allowed_range, as_int, shown
 
 #: ``--kv-cache-dtype`` value -> (storage dtype or None for the model dtype, quant mode); formulas §1.1
 KV_CACHE_DTYPES: dict[str, tuple[str | None, KVQuantMode]] = {
@@ -32,17 +34,47 @@ MLA_ONLY_KV_CACHE_DTYPES = frozenset({"fp8_ds_mla"})
 #: ``--mamba-cache-dtype`` / ``--mamba-ssm-cache-dtype`` values
 MAMBA_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
+#: what a model's activation dtype (``--dtype``, the config's ``torch_dtype``) may be: a float type
+MODEL_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def model_dtype_name(value: Any, what: str) -> str | None:
+    """The canonical name of ``value`` (aliases such as ``bf16`` and ``half`` resolved) when it is
+    one of :data:`MODEL_DTYPES`, else ``None`` (also for anything but a name or a ``torch.dtype``)."""
+    if not isinstance(value, str) and type(value).__module__ != "torch":
+        return None
+    try:
+        name = dtype_name(value, field=what)
+    except KVRulesError:
+        return None
+    return name if name in MODEL_DTYPES else None
+
 
 def _check_choice(name: str, value: Any, choices: Any) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not supported; use one of {', '.join(choices)}")
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{name}={shown(value)} is not supported; use one of {', '.join(choices)}")
 
 
-def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}")
+def _checked_int(name: str, value: Any, minimum: int, maximum: int) -> int | None:
+    """``None``, or ``value`` as an ``int`` in ``[minimum, maximum]`` (numpy integers normalised)."""
+    if value is None:
+        return None
+    try:
+        return as_int(value, name, minimum=minimum, maximum=maximum, error=ConfigError)
+    except KVRulesError:
+        raise ConfigError(
+            f"{name}={shown(value)} must be {allowed_range('an integer', minimum, maximum)}"
+        ) from None
+
+
+#: integer option -> (minimum, maximum, optional)
+INT_OPTIONS: dict[str, tuple[int, int, bool]] = {
+    "tensor_parallel_size": (1, MAX_DIMENSION, False),
+    "block_size": (1, MAX_TOKENS, True),
+    "mamba_block_size": (8, MAX_TOKENS, True),
+    "num_speculative_tokens": (0, MAX_TOKENS, False),
+    "max_model_len": (1, MAX_TOKENS, True),
+}
 
 
 @dataclass(frozen=True)
@@ -81,31 +113,43 @@ class HFOptions:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
+        for name, (minimum, maximum, optional) in INT_OPTIONS.items():
+            value = getattr(self, name)
+            if value is None and not optional:
+                raise ConfigError(f"{name}=None must be {allowed_range('an integer', minimum, maximum)}")
+            object.__setattr__(self, name, _checked_int(name, value, minimum, maximum))
         _check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         if self.draft_kv_cache_dtype is not None:
             _check_choice("draft_kv_cache_dtype", self.draft_kv_cache_dtype, KV_CACHE_DTYPES)
-        _check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
-        _check_int("block_size", self.block_size, 1, optional=True)
         _check_choice("mamba_cache_dtype", self.mamba_cache_dtype, MAMBA_DTYPES)
         _check_choice("mamba_ssm_cache_dtype", self.mamba_ssm_cache_dtype, MAMBA_DTYPES)
         _check_choice("mamba_cache_mode", self.mamba_cache_mode, MAMBA_CACHE_MODES)
-        _check_int("mamba_block_size", self.mamba_block_size, 8, optional=True)
-        if self.mamba_block_size is not None:
-            if self.mamba_block_size % 8:
-                raise ConfigError(f"mamba_block_size={self.mamba_block_size} must be a multiple of 8")
-            if self.mamba_cache_mode != "all":
-                raise ConfigError(
-                    f"mamba_block_size applies only with mamba_cache_mode 'all' (got {self.mamba_cache_mode!r}); "
-                    "in 'align' mode the Mamba block follows the attention block"
-                )
-        _check_int("num_speculative_tokens", self.num_speculative_tokens, 0)
         _check_choice("attention_backend", self.attention_backend, (AUTO, *BACKENDS))
-        if self.dtype != "auto":
-            try:
-                object.__setattr__(self, "dtype", dtype_name(self.dtype, field="dtype"))
-            except SpecError as exc:
-                raise ConfigError(str(exc)) from None
-        _check_int("max_model_len", self.max_model_len, 1, optional=True)
+        self._check_mamba_block_size()
+        object.__setattr__(self, "dtype", self._model_dtype())
+
+    def _check_mamba_block_size(self) -> None:
+        if self.mamba_block_size is None:
+            return
+        if self.mamba_block_size % 8:
+            raise ConfigError(f"mamba_block_size={self.mamba_block_size} must be a multiple of 8")
+        if self.mamba_cache_mode != "all":
+            raise ConfigError(
+                f"mamba_block_size applies only with mamba_cache_mode 'all' (got {self.mamba_cache_mode!r}); "
+                "in 'align' mode the Mamba block follows the attention block"
+            )
+
+    def _model_dtype(self) -> str:
+        """``auto``, or the canonical name of a model dtype (:data:`MODEL_DTYPES`)."""
+        if self.dtype == "auto":
+            return "auto"
+        name = model_dtype_name(self.dtype, "dtype")
+        if name is None:
+            raise ConfigError(
+                f"dtype={shown(self.dtype)} is not a model dtype; use auto or one of {', '.join(MODEL_DTYPES)} "
+                "(the KV cache's dtype is kv_cache_dtype)"
+            )
+        return name
 
     def replace(self, **changes: Any) -> HFOptions:
         """A copy with ``changes`` applied (validated again)."""
@@ -119,7 +163,9 @@ class HFOptions:
     def from_dict(cls, data: dict[str, Any]) -> HFOptions:
         """Build options from :meth:`to_dict` output; unknown keys raise :class:`ConfigError`."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"options must be a mapping of HFOptions fields, got {type(data).__name__}")
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**data)

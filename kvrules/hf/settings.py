@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvrules.dtypes import dtype_name
-from kvrules.errors import ConfigError, SpecError
+from kvrules.errors import ConfigError
 from kvrules.hf.backends import AttentionBackend, resolve_backend
 from kvrules.hf.config import HFConfig
-from kvrules.hf.options import KV_CACHE_DTYPES, MLA_ONLY_KV_CACHE_DTYPES, HFOptions
+from kvrules.hf.options import (
+    KV_CACHE_DTYPES,
+    MLA_ONLY_KV_CACHE_DTYPES,
+    MODEL_DTYPES,
+    HFOptions,
+    model_dtype_name,
+)
 from kvrules.specs.base import KVQuantMode
+from kvrules.values import shown
 
 DEFAULT_MODEL_DTYPE = "bfloat16"
 
@@ -83,6 +89,8 @@ def resolve_model_dtype(config: HFConfig, option: str) -> tuple[str, str]:
     """The model dtype and a note: the option, else the config's ``torch_dtype``/``dtype``.
 
     A float32 checkpoint is served in bfloat16 (as vLLM does for ``--dtype auto``).
+
+    :raises ModelFileError: the config's dtype is not a model dtype (:data:`MODEL_DTYPES`).
     """
     if option != "auto":
         return option, f"model dtype {option} (given)"
@@ -90,10 +98,12 @@ def resolve_model_dtype(config: HFConfig, option: str) -> tuple[str, str]:
         value = config.get(key)
         if value is None:
             continue
-        try:
-            name = dtype_name(value, field=key)
-        except SpecError:
-            raise config.error(key, f"is {value!r}, not a dtype (e.g. 'bfloat16')") from None
+        name = model_dtype_name(value, key)
+        if name is None:
+            raise config.error(
+                key,
+                f"is {shown(value)}, not a model dtype; a model computes in one of {', '.join(MODEL_DTYPES)}",
+            )
         if name == "float32":
             return (
                 DEFAULT_MODEL_DTYPE,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from kvrules.errors import PluginError
 from kvrules.plugin.registry import RuleRegistry
 from kvrules.plugin.rules import RULE_KINDS, Rule
+from kvrules.values import shown
 
 DEFAULT_SET = "default"
 
@@ -95,14 +96,30 @@ def is_preset(registry: RuleRegistry, name: str) -> bool:
     return name == DEFAULT_SET or name in presets_of(registry)
 
 
+def _check_spec(strategies: object) -> None:
+    """``strategies`` is a non-empty name, or a list or tuple of them.
+
+    :raises PluginError: anything else, saying what is accepted.
+    """
+    names = [strategies] if isinstance(strategies, str) else strategies
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names):
+        raise PluginError(
+            f"strategies = {shown(strategies)} is not allowed: give None (the default set), a preset "
+            "name ('vllm'), a rule name, or a list of rule names (optionally a preset name first)"
+        )
+
+
 def resolve_strategies(strategies: StrategySpec, registry: RuleRegistry) -> StrategySet:
     """Resolve ``None`` (default set), a preset name, or a list of rule names.
 
     A list replaces the active rules only of the kinds it names; when its first element is a
     preset name, it starts from that preset instead of the default set.
+
+    :raises PluginError: an unknown name, a preset not first, or ``strategies`` of another type.
     """
     if strategies is None:
         return StrategySet(DEFAULT_SET, _by_kind(preset_rules(registry, DEFAULT_SET)))
+    _check_spec(strategies)
     if isinstance(strategies, str):
         if not is_preset(registry, strategies):
             if strategies in registry.rules:

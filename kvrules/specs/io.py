@@ -9,6 +9,34 @@ from typing import Any
 from kvrules.errors import SpecError
 from kvrules.specs.base import KVCacheSpec, field_names, spec_to_dict
 from kvrules.specs.builtin import BUILTIN_SPEC_TYPES
+from kvrules.values import as_name, shown
+
+
+def _type_class(
+    data: Mapping[str, Any], where: str, spec_types: Mapping[str, type[KVCacheSpec]]
+) -> type[KVCacheSpec]:
+    """The class ``data["type"]`` names: the type name must be a string that is registered."""
+    type_name = data.get("type")
+    registered = ", ".join(sorted(spec_types))
+    if type_name is None:
+        raise SpecError(f"{where}: missing 'type'; use one of {registered}")
+    if not isinstance(type_name, str):
+        raise SpecError(
+            f"{where}: 'type' = {shown(type_name)} must be a string naming a spec type: {registered}"
+        )
+    cls = spec_types.get(type_name)
+    if cls is None:
+        raise SpecError(f"{where}: unknown spec type {type_name!r}; registered types: {registered}")
+    return cls
+
+
+def _members(value: Any, where: str, spec_types: Mapping[str, type[KVCacheSpec]]) -> dict[str, KVCacheSpec]:
+    """``kv_cache_specs``: member layer name (a string) -> its spec in model-file form."""
+    members: dict[str, KVCacheSpec] = {}
+    for name, member in value.items():
+        member_name = as_name(name, f"{where}: kv_cache_specs member name")
+        members[member_name] = spec_from_dict(member, layer=member_name, spec_types=spec_types)
+    return members
 
 
 def spec_from_dict(
@@ -30,28 +58,19 @@ def spec_from_dict(
         raise SpecError(f"{where}: expected an object with a 'type' key, got {type(data).__name__}")
     if spec_types is None:
         spec_types = {cls.type_name: cls for cls in BUILTIN_SPEC_TYPES}
-    type_name = data.get("type")
-    if type_name is None:
-        raise SpecError(f"{where}: missing 'type'; use one of {', '.join(sorted(spec_types))}")
-    cls = spec_types.get(type_name)
-    if cls is None:
-        raise SpecError(
-            f"{where}: unknown spec type {type_name!r}; registered types: {', '.join(sorted(spec_types))}"
-        )
+    cls = _type_class(data, where, spec_types)
+    type_name = str(data["type"])
     known = set(field_names(cls))
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key == "type":
             continue
-        if key not in known:
+        if not isinstance(key, str) or key not in known:
             raise SpecError(
-                f"{where}: unknown key {key!r} for type {type_name!r}; its fields are {', '.join(sorted(known))}"
+                f"{where}: unknown key {shown(key)} for type {type_name!r}; its fields are {', '.join(sorted(known))}"
             )
         if key == "kv_cache_specs" and isinstance(value, Mapping):
-            value = {
-                name: spec_from_dict(member, layer=name, spec_types=spec_types)
-                for name, member in value.items()
-            }
+            value = _members(value, where, spec_types)
         kwargs[key] = value
     required = [
         f.name
