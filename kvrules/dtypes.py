@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvrules.errors import SpecError
+from kvrules.values import shown
 
 #: canonical name -> size in bytes
 DTYPE_SIZES: dict[str, int] = {
@@ -48,13 +49,20 @@ def dtype_name(value: Any, *, field: str = "dtype") -> str:
 
     :raises SpecError: for an unknown dtype, naming ``field`` and listing the known names.
     """
-    text = str(value)
+    if isinstance(value, str):
+        text = value
+    elif type(value).__name__ == "dtype" and type(value).__module__.startswith("torch"):
+        text = str(value)
+    else:
+        raise SpecError(
+            f"{field}={shown(value)} is not a dtype; give a torch.dtype or one of {', '.join(sorted(DTYPE_SIZES))}"
+        )
     if text.startswith("torch."):
         text = text[len("torch.") :]
     text = DTYPE_ALIASES.get(text, text)
     if text not in DTYPE_SIZES:
         raise SpecError(
-            f"{field}={value!r} is not a known dtype; use one of {', '.join(sorted(DTYPE_SIZES))}"
+            f"{field}={shown(value)} is not a known dtype; use one of {', '.join(sorted(DTYPE_SIZES))}"
         )
     return text
 
