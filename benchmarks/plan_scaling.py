@@ -1,17 +1,31 @@
-"""Plan time versus model size, pipeline stages, auto-fit, and logging overhead.
+"""Plan time versus model size, pipeline stages, auto-fit, logging overhead, and JSON at scale.
 
 Prints microseconds per layer for a hybrid model (Mamba + full attention + a dense draft, the
 geometry of vLLM issue #43626) at 48 to 100,000 layers. Target: linear growth; 100,000 layers in
-under 1 s. Run: ``.venv/bin/python benchmarks/plan_scaling.py`` (``--quick`` for a short run).
+under 1 s.
+
+Then, for the ``vllm`` and ``default`` sets, each figure in a fresh process (``--child``; memory
+``max(80 GiB, layers x 1 GiB)``, structlog at warning): at 100,000 layers the plan time, the
+``to_json()`` time and their ratio (target <= 2), the peak RSS (``ru_maxrss`` of that process, the
+returned JSON string included; target < 300 MiB) and that every decision is in the JSON; the same
+for ``to_json(indent=2)``; and the 1,000,000-layer plan time with its ratio to the 100,000-layer
+one (target <= 12). Run: ``.venv/bin/python benchmarks/plan_scaling.py`` (``--quick`` for a short
+run, ``--scale-only`` for the fresh-process figures alone).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
+import logging
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -63,12 +77,10 @@ def split(specs: dict[str, KVCacheSpec], stages: int) -> list[dict[str, KVCacheS
     return [{n: specs[n] for n in names[i : i + size]} for i in range(0, len(names), size)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    repeat = 2 if args.quick else 5
-    sizes = [48, 1_000, 10_000] if args.quick else [48, 1_000, 10_000, 100_000]
+def per_layer_tables(quick: bool) -> None:
+    """Plan time per layer, logging overhead, pipeline stages and auto-fit, in this process."""
+    repeat = 2 if quick else 5
+    sizes = [48, 1_000, 10_000] if quick else [48, 1_000, 10_000, 100_000]
     config = EngineConfig(max_model_len=32_768, max_num_batched_tokens=8192)
     structlog.reset_defaults()
     unconfigured = Planner("vllm")
@@ -137,6 +149,114 @@ def main() -> None:
         f"(plan without auto-fit {plain * 1e3:.1f} ms, {fitted / plain:.2f}x); fitted max_model_len {plan.max_model_len}"
     )
     print(f"median us/layer over sizes: {statistics.median(per_layer):.2f}; kvrules {kvrules.__version__}")
+
+
+# -- JSON and planning at scale: one fresh process per figure ------------------------------------
+
+SCALE_CONFIG = EngineConfig(max_model_len=32_768, max_num_batched_tokens=8192)
+#: what the JSON figures are written as: the default (compact) text, and indented by 2
+JSON_MODES = {"json": None, "json-indent": 2}
+
+
+def scale_memory(layers: int) -> int:
+    """``max(80 GiB, layers x 1 GiB)``: every layer count plans with room to spare."""
+    return max(80 << 30, layers << 30)
+
+
+def child(mode: str, layers: int, strategies: str) -> None:
+    """One figure, measured in this process (started fresh for it); prints one JSON line.
+
+    ``mode`` is ``plan`` (plan time and peak RSS) or a key of :data:`JSON_MODES` (plus the
+    ``to_json`` time; the peak is read while the JSON string is still held).
+    """
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    planner = Planner(strategies)
+    planner.plan(hybrid_model(48), scale_memory(48), SCALE_CONFIG)  # warm up: plugins loaded
+    specs = hybrid_model(layers)
+    start, cpu = time.perf_counter(), time.process_time()
+    plan = planner.plan(specs, scale_memory(layers), SCALE_CONFIG)
+    out: dict[str, Any] = {
+        "plan_s": time.perf_counter() - start,
+        "plan_cpu_s": time.process_time() - cpu,
+        "decisions": len(plan.decisions),
+    }
+    text = ""
+    if mode in JSON_MODES:
+        start, cpu = time.perf_counter(), time.process_time()
+        text = plan.to_json(indent=JSON_MODES[mode])
+        out["json_s"], out["json_cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
+    out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if text:
+        out["json_mib"] = len(text) / (1 << 20)
+        out["decisions_in_json"] = text.count('"stage":')  # one per decision record
+    print(json.dumps(out))
+
+
+def figure(mode: str, layers: int, strategies: str, repeat: int) -> dict[str, Any]:
+    """:func:`child` run ``repeat`` times, each in a fresh interpreter: every time is the fastest
+    of the runs (wall clock and CPU time apart, on a busy machine CPU time varies less), the
+    peak RSS the highest."""
+    command = [sys.executable, __file__, "--child", mode, str(layers), strategies]
+    runs = []
+    for _ in range(repeat):
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
+    best = {key: min(r[key] for r in runs) for key in runs[0] if key.endswith("_s")}
+    return {**runs[0], **best, "peak_mib": max(r["peak_mib"] for r in runs)}
+
+
+def scale_section(quick: bool, repeat: int) -> None:
+    """The fresh-process figures for ``vllm`` and ``default`` (see the module docstring)."""
+    small, large = (10_000, 100_000) if quick else (100_000, 1_000_000)
+    print()
+    print(
+        f"scale: hybrid model, memory max(80 GiB, layers x 1 GiB), structlog at warning; each figure "
+        f"in a fresh process, fastest of {repeat}, peak RSS = ru_maxrss (highest of the runs, the JSON "
+        "string included)"
+    )
+    print(
+        f"{'set':>8} {'layers':>10} {'output':>12} {'plan s':>8} {'to_json s':>10} {'ratio':>7} "
+        f"{'peak MiB':>9} {'JSON MiB':>9} {'decisions':>19}"
+    )
+    for strategies in ("vllm", "default"):
+        planned = figure("plan", small, strategies, repeat)
+        print(
+            f"{strategies:>8} {small:>10,} {'(plan only)':>12} {planned['plan_s']:>8.2f} {'':>10} {'':>7} "
+            f"{planned['peak_mib']:>9.0f}"
+        )
+        for mode, indent in JSON_MODES.items():
+            out = figure(mode, small, strategies, repeat)
+            every = "all" if out["decisions_in_json"] == out["decisions"] else "MISSING SOME"
+            print(
+                f"{strategies:>8} {small:>10,} {f'indent={indent}':>12} {'':>8} {out['json_s']:>10.2f} "
+                f"{out['json_s'] / planned['plan_s']:>6.2f}x {out['peak_mib']:>9.0f} {out['json_mib']:>9.1f} "
+                f"{out['decisions']:>10,} ({every})"
+            )
+        big = figure("plan", large, strategies, repeat)
+        print(
+            f"{strategies:>8} {large:>10,} {'(plan only)':>12} {big['plan_s']:>8.2f} {'':>10} {'':>7} "
+            f"{big['peak_mib']:>9.0f}   = {big['plan_s'] / planned['plan_s']:.1f}x the {small:,}-layer plan "
+            f"(CPU time {big['plan_cpu_s']:.2f} s / {planned['plan_cpu_s']:.2f} s = "
+            f"{big['plan_cpu_s'] / planned['plan_cpu_s']:.1f}x)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller models, fewer repeats")
+    parser.add_argument("--scale-only", action="store_true", help="only the fresh-process figures")
+    parser.add_argument(
+        "--repeat", type=int, default=0, help="runs per fresh-process figure (default 3; 1 with --quick)"
+    )
+    parser.add_argument("--child", nargs=3, metavar=("MODE", "LAYERS", "SET"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        mode, layers, strategies = args.child
+        child(mode, int(layers), strategies)
+        return
+    if not args.scale_only:
+        per_layer_tables(args.quick)
+    scale_section(args.quick, args.repeat or (1 if args.quick else 3))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ configured and passing debug, or ``logging.getLogger("kvrules")`` enabled for DE
 the library stays silent and the per-event cost is one ``is None`` test. A :class:`DecisionLog`
 decides once, when it is made (once per plan), so a plan with 100,000 layers does not ask again
 per decision.
+
+A decision is light on purpose (a 100,000-layer plan holds about 110,000 of them): its mappings
+are kept as given, never copied, and layers that share an answer share the same ``before`` /
+``after`` objects. ``to_dict()`` hands those objects out as they are; treat them as read-only.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrules import logs
+from kvrules.errors import ModelFileError, PluginError
+from kvrules.values import MAX_BYTES, as_int, as_name, shown
 
 STAGES = ("merge", "convert", "route", "unify", "group", "layout", "capacity", "allocate", "arch", "align")
 OUTCOMES = ("applied", "declined", "failed")
@@ -32,9 +38,13 @@ class Decision:
     :ivar outcome: ``applied``, ``declined`` or ``failed``.
     :ivar layer: the layer name, or ``None`` for a model-level decision.
     :ivar reason: one sentence a person can read.
-    :ivar before: ``spec_type``, ``block_size``, ``page_size_bytes``, ``page_size_padded`` before.
+    :ivar before: ``spec_type``, ``block_size``, ``page_size_bytes``, ``page_size_padded`` before
+        (a spec summary, :meth:`KVCacheSpec.summary`) or ``None``.
     :ivar after: the same keys after the decision (``None`` when nothing changed).
     :ivar padding_bytes: bytes per page this decision added (0 if none).
+    :ivar details: figures of a model-level choice that are not a spec summary (a grouping's cost,
+        the alternatives tried), JSON values only; ``None`` for most decisions. Each rule's
+        shape is documented in docs/plan-schema.md.
     """
 
     stage: str
@@ -45,33 +55,104 @@ class Decision:
     before: Mapping[str, Any] | None = None
     after: Mapping[str, Any] | None = None
     padding_bytes: int = 0
+    details: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as a plain dict with the keys of architecture §4."""
-        return {
+        """The record as a plain dict with the keys of architecture §4; ``details`` only when set.
+
+        ``before``, ``after`` and ``details`` are the record's own mappings (not copies) when they
+        are dicts: read them, do not change them.
+        """
+        out = {
             "stage": self.stage,
             "rule": self.rule,
             "outcome": self.outcome,
             "layer": self.layer,
             "reason": self.reason,
-            "before": dict(self.before) if self.before is not None else None,
-            "after": dict(self.after) if self.after is not None else None,
+            "before": _plain(self.before),
+            "after": _plain(self.after),
             "padding_bytes": self.padding_bytes,
         }
+        if self.details is not None:
+            out["details"] = _plain(self.details)
+        return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "decision") -> Decision:
+        """Inverse of :meth:`to_dict`.
+
+        :raises ModelFileError: a field of the wrong kind (names ``where``, the field and the value).
+        """
+        if not isinstance(data, Mapping):
+            raise ModelFileError(f"{where} = {shown(data)} is not allowed: an object")
         return cls(
-            stage=data["stage"],
-            rule=data["rule"],
-            outcome=data["outcome"],
-            layer=data.get("layer"),
-            reason=data["reason"],
-            before=data.get("before"),
-            after=data.get("after"),
-            padding_bytes=int(data.get("padding_bytes", 0)),
+            stage=_choice(data.get("stage"), f"{where}.stage", STAGES),
+            rule=as_name(data.get("rule"), f"{where}.rule", error=ModelFileError),
+            outcome=_choice(data.get("outcome"), f"{where}.outcome", OUTCOMES),
+            layer=None
+            if data.get("layer") is None
+            else as_name(data["layer"], f"{where}.layer", error=ModelFileError),
+            reason=_text(data.get("reason"), f"{where}.reason"),
+            before=_mapping(data.get("before"), f"{where}.before"),
+            after=_mapping(data.get("after"), f"{where}.after"),
+            padding_bytes=as_int(
+                data.get("padding_bytes", 0),
+                f"{where}.padding_bytes",
+                minimum=-MAX_BYTES,
+                maximum=MAX_BYTES,
+                error=ModelFileError,
+            ),
+            details=_mapping(data.get("details"), f"{where}.details"),
         )
+
+
+#: the keys of a spec summary (a decision's ``before`` / ``after``) and the types of their values
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "spec_type": (str,),
+    "block_size": (int,),
+    "page_size_bytes": (int,),
+    "page_size_padded": (int, type(None)),
+}
+
+
+def summary_problem(value: Any) -> str:
+    """What keeps ``value`` from being a decision's ``before`` / ``after`` (``""``: it is ``None``
+    or a spec summary: :data:`SUMMARY_TYPES`' keys with values of those types, bools refused)."""
+    if value is None:
+        return ""
+    if not isinstance(value, Mapping):
+        return "is not a mapping"
+    for key, types in SUMMARY_TYPES.items():
+        if key not in value:
+            return f"has no key {key!r}"
+        if isinstance(value[key], bool) or not isinstance(value[key], types):
+            return f"has {key} = {shown(value[key])}"
+    return ""
+
+
+def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``value`` itself when it is a dict or ``None``, else a dict copy (JSON needs a dict)."""
+    if value is None or type(value) is dict:
+        return value
+    return dict(value)
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ModelFileError(f"{what} = {shown(value)} is not allowed: a string")
+    return value
+
+
+def _choice(value: Any, what: str, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ModelFileError(f"{what} = {shown(value)} is not allowed: one of {', '.join(allowed)}")
+    return value
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any] | None:
+    if value is not None and not isinstance(value, Mapping):
+        raise ModelFileError(f"{what} = {shown(value)} is not allowed: an object or null")
+    return value
 
 
 class DecisionLog:
@@ -98,6 +179,7 @@ class DecisionLog:
                 before=d.before,
                 after=d.after,
                 padding_bytes=d.padding_bytes,
+                **({} if d.details is None else {"details": d.details}),
             )
         return decision
 
@@ -112,9 +194,27 @@ class DecisionLog:
         before: Mapping[str, Any] | None = None,
         after: Mapping[str, Any] | None = None,
         padding_bytes: int = 0,
+        details: Mapping[str, Any] | None = None,
     ) -> Decision:
-        """Build a :class:`Decision` from the arguments and :meth:`add` it."""
-        return self.add(Decision(stage, rule, outcome, layer, reason, before, after, padding_bytes))
+        """Build a :class:`Decision` from the arguments and :meth:`add` it.
+
+        :raises PluginError: ``before`` / ``after`` is not a spec summary
+            (:meth:`KVCacheSpec.summary`), or ``details`` is not a mapping; figures of a
+            model-level choice go into ``details`` (see :class:`Decision`).
+        """
+        for which, value in (("before", before), ("after", after)):
+            problem = summary_problem(value)
+            if problem:
+                raise PluginError(
+                    f"rule {rule!r} recorded a {stage} decision whose {which} = {shown(value)} {problem}; "
+                    "before/after hold a spec summary (KVCacheSpec.summary()): record other figures as details="
+                )
+        if details is not None and not isinstance(details, Mapping):
+            raise PluginError(
+                f"rule {rule!r} recorded a {stage} decision whose details = {shown(details)} is not allowed: "
+                "a mapping of JSON values, or None"
+            )
+        return self.add(Decision(stage, rule, outcome, layer, reason, before, after, padding_bytes, details))
 
     def extend(self, decisions: list[Decision]) -> None:
         """Add several decisions in order."""

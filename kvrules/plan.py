@@ -1,12 +1,23 @@
-"""The plan: what an engine needs to build its KV cache, and its versioned JSON form."""
+"""The plan: what an engine needs to build its KV cache, and its versioned JSON form.
+
+The JSON form is schema ``kvrules.plan/v2`` (docs/plan-schema.md; the JSON Schema ships as
+``kvrules/schemas/plan-v2.json``). :meth:`Plan.to_dict` and :meth:`Plan.to_json` write v2;
+:meth:`Plan.from_dict` reads v1 and v2 and refuses a document whose derived figures (page sizes,
+allocated bytes, waste totals) differ from what its specs, tensors and waste figures give.
+
+:meth:`Plan.to_json` writes the text in pieces (:meth:`Plan.iter_json`): a fragment that repeats
+(a spec's form shared by many layers, a decision shared by layers with the same answer) is
+encoded once, so a 100,000-layer plan serialises in about the time it took to plan.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from json.encoder import encode_basestring_ascii as _string
 from typing import Any
 
 from kvrules.config import EngineConfig
@@ -14,14 +25,36 @@ from kvrules.decisions import Decision
 from kvrules.errors import ModelFileError
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.io import spec_from_dict
+from kvrules.values import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, as_int, as_name, as_number, shown
 
-SCHEMA = "kvrules.plan/v1"
+SCHEMA = "kvrules.plan/v2"
+#: the schema id of every version :meth:`Plan.from_dict` reads, by version number
+SCHEMAS = {1: "kvrules.plan/v1", 2: SCHEMA}
 
 
-def plan_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of :meth:`Plan.to_dict` output, shipped with the package."""
-    text = (resources.files("kvrules") / "schemas" / "plan-v1.json").read_text(encoding="utf-8")
+def plan_json_schema(version: int = 2) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of plan documents of ``version`` (1 or 2; :meth:`Plan.to_dict`
+    writes 2), shipped with the package.
+
+    :raises ModelFileError: ``version`` is not a schema version kvrules ships.
+    """
+    if isinstance(version, bool) or version not in SCHEMAS:
+        raise ModelFileError(
+            f"plan_json_schema(version={shown(version)}) is not allowed: one of {', '.join(map(str, SCHEMAS))}"
+        )
+    text = (resources.files("kvrules") / "schemas" / f"plan-v{version}.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
+
+
+def page_sizes(spec: KVCacheSpec) -> dict[str, int]:
+    """The v2 size record of one page of ``spec``: ``page_size_bytes`` (what a block takes in the
+    pool), ``real_page_size_bytes`` (before padding: real state plus quantisation scales, the
+    spec's ``unpadded_page_size_bytes``) and ``padding_bytes`` (their difference)."""
+    return {
+        "page_size_bytes": spec.page_size_bytes,
+        "real_page_size_bytes": spec.unpadded_page_size_bytes,
+        "padding_bytes": spec.padding_bytes,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +70,12 @@ class KVCacheGroup:
     is_eagle_group: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """Plan-schema form."""
+        """Plan-schema form (v2: with the group page's :func:`page_sizes`)."""
         return {
             "layer_names": list(self.layer_names),
             "spec": self.spec.to_dict(),
             "is_eagle_group": self.is_eagle_group,
+            **page_sizes(self.spec),
         }
 
 
@@ -69,13 +103,17 @@ class KVCacheTensor:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> KVCacheTensor:
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "tensor") -> KVCacheTensor:
+        """Inverse of :meth:`to_dict`.
+
+        :raises ModelFileError: a missing key or a value of the wrong kind (names ``where``).
+        """
+        data = _object(data, where)
         return cls(
-            size=int(data["size"]),
-            shared_by=tuple(data["shared_by"]),
-            offset=int(data.get("offset", 0)),
-            block_stride=int(data.get("block_stride", 0)),
+            size=_count(_get(data, "size", where), f"{where}.size"),
+            shared_by=_names(_get(data, "shared_by", where), f"{where}.shared_by"),
+            offset=_count(data.get("offset", 0), f"{where}.offset"),
+            block_stride=_count(data.get("block_stride", 0), f"{where}.block_stride"),
         )
 
 
@@ -166,8 +204,11 @@ class UnifyResult:
 
 def project_group(group: KVCacheGroup, layers: Mapping[str, Any] | set[str]) -> KVCacheGroup:
     """``group`` restricted to ``layers`` (a uniform-type spec keeps only those members; the
-    EAGLE flag stays only when some layer remains, as in vLLM 0.28)."""
-    names = tuple(n for n in group.layer_names if n in layers)
+    EAGLE flag stays only when some layer remains, as in vLLM 0.28); ``group`` itself when it
+    keeps every layer."""
+    names = tuple(filter(layers.__contains__, group.layer_names))
+    if names and len(names) == len(group.layer_names):
+        return group
     return KVCacheGroup(names, group.spec.restricted_to(names), group.is_eagle_group and bool(names))
 
 
@@ -222,7 +263,14 @@ class Plan:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan in schema ``kvrules.plan/v1`` (plain JSON values)."""
+        """The plan in schema ``kvrules.plan/v2`` (plain JSON values).
+
+        Layers with equal specs share one spec form and one size record, and a decision's
+        summaries are the decision's own: treat the result as read-only (``copy.deepcopy`` it
+        before changing anything).
+        """
+        forms = _Memo(lambda spec: spec.to_dict())
+        sizes = _Memo(page_sizes)
         return {
             "schema": SCHEMA,
             "strategy_set": self.strategy_set,
@@ -230,96 +278,558 @@ class Plan:
             "route": self.route,
             "max_model_len": self.max_model_len,
             "num_blocks": self.num_blocks,
-            "max_concurrency": None if math.isinf(self.max_concurrency) else self.max_concurrency,
+            "max_concurrency": _concurrency(self.max_concurrency),
             "capacity_tokens": self.capacity_tokens,
             "config": self.config.to_dict(),
-            "specs": {name: spec.to_dict() for name, spec in self.specs.items()},
-            "groups": [g.to_dict() for g in self.groups],
-            "workers": [
+            "specs": {name: forms(spec) for name, spec in self.specs.items()},
+            "spec_sizes": {name: sizes(spec) for name, spec in self.specs.items()},
+            "groups": [
                 {
-                    "num_blocks": w.num_blocks,
-                    "own_num_blocks": w.own_num_blocks,
-                    "layout": w.layout,
-                    "available_memory": w.available_memory,
-                    "allocated_bytes": w.allocated_bytes,
-                    "groups": [list(g.layer_names) for g in w.groups],
-                    "tensors": [t.to_dict() for t in w.tensors],
+                    "layer_names": list(g.layer_names),
+                    "spec": forms(g.spec),
+                    "is_eagle_group": g.is_eagle_group,
+                    **sizes(g.spec),
                 }
-                for w in self.workers
+                for g in self.groups
             ],
+            "workers": [_worker_dict(w) for w in self.workers],
             "waste": self.waste.to_dict() if self.waste is not None else None,
             "decisions": [d.to_dict() for d in self.decisions],
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 
-    def to_json(self, *, indent: int | None = 2) -> str:
-        """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent)
+    def iter_json(self, *, indent: int | None = None) -> Iterator[str]:
+        """:meth:`to_json`'s text in pieces (a few hundred kilobytes each at most), for writing
+        a large plan to a file or socket without holding all of it: ``"".join`` of the pieces is
+        :meth:`to_json`."""
+        return _JSONText(indent).plan(self)
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """:meth:`to_dict` as JSON text: compact by default (no spaces or newlines), or indented
+        by ``indent`` spaces. Byte for byte ``json.dumps(self.to_dict(), indent=indent,
+        separators=(",", ":" if indent is None else ": "))``, in about the time planning took."""
+        return "".join(self.iter_json(indent=indent))
 
     @classmethod
     def from_dict(
         cls, data: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
     ) -> Plan:
-        """Rebuild a plan from :meth:`to_dict` output."""
-        if data.get("schema") != SCHEMA:
-            raise ModelFileError(f"not a kvrules plan: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-        specs = {n: spec_from_dict(s, layer=n, spec_types=spec_types) for n, s in data["specs"].items()}
-        groups = tuple(
-            KVCacheGroup(
-                tuple(g["layer_names"]),
-                spec_from_dict(g["spec"], spec_types=spec_types),
-                bool(g.get("is_eagle_group", False)),
-            )
-            for g in data["groups"]
-        )
-        workers = []
-        for w in data["workers"]:
-            wgroups = tuple(
-                project_group(g, set(names)) for g, names in zip(groups, w["groups"], strict=True)
-            )
-            workers.append(
-                WorkerPlan(
-                    num_blocks=int(w["num_blocks"]),
-                    tensors=tuple(KVCacheTensor.from_dict(t) for t in w["tensors"]),
-                    groups=wgroups,
-                    layout=w.get("layout", ""),
-                    available_memory=int(w.get("available_memory", 0)),
-                    own_num_blocks=int(w.get("own_num_blocks", 0)),
-                )
-            )
-        mc = data["max_concurrency"]
-        waste = None
-        if data.get("waste") is not None:
-            w = data["waste"]
-            ideal = w["ideal_max_concurrency"]
-            waste = WasteReport(
-                tuple(
-                    WorkerWaste(
-                        int(x["block_bytes"]),
-                        int(x["allocated_bytes"]),
-                        int(x["real_bytes"]),
-                        int(x["page_padding_bytes"]),
-                        int(x["slot_padding_bytes"]),
-                    )
-                    for x in w["workers"]
-                ),
-                int(w["padding_slots"]),
-                float("inf") if ideal is None else float(ideal),
-                int(w["ideal_capacity_tokens"]),
-            )
-        return cls(
+        """Rebuild a plan from a ``kvrules.plan/v1`` or ``kvrules.plan/v2`` document.
+
+        Derived figures in the document (v2's page sizes, each worker's ``allocated_bytes``, the
+        waste totals and efficiencies) are recomputed and must match.
+
+        :raises ModelFileError: not a plan document of a known version, a missing key, a value of
+            the wrong kind, or a derived figure that differs (naming the field and both values).
+        :raises SpecError: a spec that does not build (naming the layer).
+        """
+        data = _object(data, "plan")
+        version = _version(data)
+        groups = _read_groups(_get(data, "groups", "plan"), spec_types)
+        workers = _array(_get(data, "workers", "plan"), "workers")
+        plan = cls(
             groups=groups,
-            workers=tuple(workers),
-            num_blocks=int(data["num_blocks"]),
-            specs=specs,
-            decisions=tuple(Decision.from_dict(d) for d in data.get("decisions", ())),
-            max_concurrency=float("inf") if mc is None else float(mc),
-            capacity_tokens=int(data["capacity_tokens"]),
-            max_model_len=int(data["max_model_len"]),
-            config=EngineConfig.from_dict(data["config"]),
-            strategy_set=data.get("strategy_set", ""),
-            rules=tuple(data.get("rules", ())),
-            route=data.get("route", ""),
-            waste=waste,
-            extra=dict(data.get("extra", {})),
+            workers=tuple(_read_worker(w, f"workers[{i}]", groups) for i, w in enumerate(workers)),
+            num_blocks=_count(_get(data, "num_blocks", "plan"), "num_blocks", MAX_BLOCKS),
+            specs=_read_specs(_get(data, "specs", "plan"), spec_types),
+            decisions=tuple(
+                Decision.from_dict(d, where=f"decisions[{i}]")
+                for i, d in enumerate(_array(data.get("decisions", []), "decisions"))
+            ),
+            max_concurrency=_read_concurrency(_get(data, "max_concurrency", "plan"), "max_concurrency"),
+            capacity_tokens=_count(_get(data, "capacity_tokens", "plan"), "capacity_tokens", None),
+            max_model_len=as_int(
+                _get(data, "max_model_len", "plan"),
+                "max_model_len",
+                minimum=1,
+                maximum=MAX_TOKENS,
+                error=ModelFileError,
+            ),
+            config=EngineConfig.from_dict(dict(_object(_get(data, "config", "plan"), "config"))),
+            strategy_set=_text(data.get("strategy_set", ""), "strategy_set"),
+            rules=_names(data.get("rules", []), "rules"),
+            route=_text(data.get("route", ""), "route"),
+            waste=_read_waste(data.get("waste")),
+            extra=dict(_object(data.get("extra", {}), "extra")),
         )
+        _check_derived(data, plan, version)
+        return plan
+
+
+def _concurrency(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def _worker_dict(w: WorkerPlan) -> dict[str, Any]:
+    return {
+        "num_blocks": w.num_blocks,
+        "own_num_blocks": w.own_num_blocks,
+        "layout": w.layout,
+        "available_memory": w.available_memory,
+        "allocated_bytes": w.allocated_bytes,
+        "groups": [list(g.layer_names) for g in w.groups],
+        "tensors": [t.to_dict() for t in w.tensors],
+    }
+
+
+class _Memo:
+    """``make(spec)`` once per distinct spec (equal specs have equal forms and sizes: their fields
+    are validated, so ``1``, ``1.0`` and ``True`` never meet in one field); unhashable specs are
+    computed every time."""
+
+    def __init__(self, make: Callable[[KVCacheSpec], Any]) -> None:
+        self.make = make
+        self.done: dict[KVCacheSpec, Any] = {}
+
+    def __call__(self, spec: KVCacheSpec) -> Any:
+        try:
+            value = self.done.get(spec)
+        except TypeError:
+            return self.make(spec)
+        if value is None:
+            value = self.done[spec] = self.make(spec)
+        return value
+
+
+# -- reading: plan documents ------------------------------------------------------------------
+
+_SIZE_KEYS = ("page_size_bytes", "real_page_size_bytes", "padding_bytes")
+_MISSING = object()
+
+
+def _get(data: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise ModelFileError(f"{where}: the key {key!r} is missing")
+    return data[key]
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ModelFileError(f"{where} = {shown(value)} is not allowed: an object")
+    return value
+
+
+def _array(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise ModelFileError(f"{where} = {shown(value)} is not allowed: an array")
+    return value
+
+
+def _count(value: Any, where: str, maximum: int | None = MAX_BYTES) -> int:
+    return as_int(value, where, minimum=0, maximum=maximum, error=ModelFileError)
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ModelFileError(f"{where} = {shown(value)} is not allowed: a string")
+    return value
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    return tuple(
+        as_name(n, f"{where}[{i}]", error=ModelFileError) for i, n in enumerate(_array(value, where))
+    )
+
+
+def _version(data: Mapping[str, Any]) -> int:
+    """The document's schema version; a v1 document must not hold v2's keys."""
+    schema = data.get("schema")
+    version = next((v for v, name in SCHEMAS.items() if name == schema), None)
+    if version is None:
+        known = ", ".join(repr(name) for name in SCHEMAS.values())
+        raise ModelFileError(f"not a kvrules plan: schema = {shown(schema)} is not allowed: one of {known}")
+    if version == 1:
+        found = _v2_key_in(data)
+        if found:
+            raise ModelFileError(
+                f"{found} is not part of schema {SCHEMAS[1]!r} (it is new in {SCHEMA!r}); "
+                f"write the document with schema {SCHEMA!r}, or drop the v2 keys"
+            )
+    return version
+
+
+def _v2_key_in(data: Mapping[str, Any]) -> str:
+    """The first key of v2 found in ``data`` (``""`` if none)."""
+    if "spec_sizes" in data:
+        return "spec_sizes"
+    for i, group in enumerate(_entries(data, "groups")):
+        for key in _SIZE_KEYS:
+            if key in group:
+                return f"groups[{i}].{key}"
+    for i, decision in enumerate(_entries(data, "decisions")):
+        if "details" in decision:
+            return f"decisions[{i}].details"
+    return ""
+
+
+def _entries(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The objects in the array ``data[key]`` (none when it is not an array; read errors say why)."""
+    value = data.get(key)
+    items = value if isinstance(value, list | tuple) else ()
+    return [item for item in items if isinstance(item, Mapping)]
+
+
+def _read_specs(value: Any, spec_types: Mapping[str, type[KVCacheSpec]] | None) -> dict[str, KVCacheSpec]:
+    """Every layer's spec; layers whose spec forms are equal share one spec object (built once)."""
+    built: dict[str, KVCacheSpec] = {}
+    specs = {}
+    for name, form in _object(value, "specs").items():
+        as_name(name, "a layer name in specs", error=ModelFileError)
+        key = _form_key(form)
+        spec = built.get(key) if key is not None else None
+        if spec is None:
+            spec = spec_from_dict(form, layer=name, spec_types=spec_types)
+            if key is not None:
+                built[key] = spec
+        specs[name] = spec
+    return specs
+
+
+def _form_key(form: Any) -> str | None:
+    """A spec form's JSON text (equal texts: equal specs; ``1``, ``1.0`` and ``true`` differ), or
+    ``None`` for what JSON cannot write (``spec_from_dict`` says what is wrong with it)."""
+    try:
+        return json.dumps(form, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_groups(value: Any, spec_types: Mapping[str, type[KVCacheSpec]] | None) -> tuple[KVCacheGroup, ...]:
+    groups = []
+    for i, group in enumerate(_array(value, "groups")):
+        where = f"groups[{i}]"
+        group = _object(group, where)
+        eagle = group.get("is_eagle_group", False)
+        if not isinstance(eagle, bool):
+            raise ModelFileError(f"{where}.is_eagle_group = {shown(eagle)} is not allowed: true or false")
+        spec = spec_from_dict(_object(_get(group, "spec", where), f"{where}.spec"), spec_types=spec_types)
+        groups.append(
+            KVCacheGroup(_names(_get(group, "layer_names", where), f"{where}.layer_names"), spec, eagle)
+        )
+    return tuple(groups)
+
+
+def _read_worker(value: Any, where: str, groups: tuple[KVCacheGroup, ...]) -> WorkerPlan:
+    data = _object(value, where)
+    names = _array(_get(data, "groups", where), f"{where}.groups")
+    if len(names) != len(groups):
+        raise ModelFileError(
+            f"{where}.groups has {len(names)} entries for {len(groups)} groups: one per group, in "
+            "the order of 'groups' (empty for a group with no layer on this worker)"
+        )
+    tensors = _array(_get(data, "tensors", where), f"{where}.tensors")
+    return WorkerPlan(
+        num_blocks=_count(_get(data, "num_blocks", where), f"{where}.num_blocks", MAX_BLOCKS),
+        tensors=tuple(
+            KVCacheTensor.from_dict(t, where=f"{where}.tensors[{k}]") for k, t in enumerate(tensors)
+        ),
+        groups=tuple(
+            _worker_group(g, _names(n, f"{where}.groups[{j}]"), f"{where}.groups[{j}]")
+            for j, (g, n) in enumerate(zip(groups, names, strict=True))
+        ),
+        layout=_text(data.get("layout", ""), f"{where}.layout"),
+        available_memory=_count(data.get("available_memory", 0), f"{where}.available_memory"),
+        own_num_blocks=_count(data.get("own_num_blocks", 0), f"{where}.own_num_blocks", MAX_BLOCKS),
+    )
+
+
+def _worker_group(group: KVCacheGroup, names: tuple[str, ...], where: str) -> KVCacheGroup:
+    """``group`` restricted to a worker's ``names``, which must all be the group's."""
+    stray = set(names).difference(group.layer_names)
+    if stray:
+        raise ModelFileError(
+            f"{where} names layer {sorted(stray)[0]!r}, which the group does not hold: a worker's "
+            "groups are the global groups restricted to its layers"
+        )
+    return project_group(group, set(names))
+
+
+def _read_concurrency(value: Any, where: str) -> float:
+    if value is None:
+        return math.inf
+    number = as_number(value, where, minimum=0, maximum=MAX_BYTES, error=ModelFileError)
+    return float(number)
+
+
+def _read_waste(value: Any) -> WasteReport | None:
+    if value is None:
+        return None
+    data = _object(value, "waste")
+    workers = []
+    for i, x in enumerate(_array(_get(data, "workers", "waste"), "waste.workers")):
+        where = f"waste.workers[{i}]"
+        x = _object(x, where)
+        keys = ("block_bytes", "allocated_bytes", "real_bytes", "page_padding_bytes", "slot_padding_bytes")
+        workers.append(WorkerWaste(*(_count(_get(x, k, where), f"{where}.{k}") for k in keys)))
+    ideal = _get(data, "ideal_max_concurrency", "waste")
+    return WasteReport(
+        tuple(workers),
+        _count(_get(data, "padding_slots", "waste"), "waste.padding_slots", None),
+        _read_concurrency(ideal, "waste.ideal_max_concurrency"),
+        _count(_get(data, "ideal_capacity_tokens", "waste"), "waste.ideal_capacity_tokens", None),
+    )
+
+
+def _check_derived(data: Mapping[str, Any], plan: Plan, version: int) -> None:
+    """Every derived figure in ``data`` equals what ``plan`` derives (v2's sizes must be there)."""
+    for where, given, derived in _derived_figures(data, plan, version):
+        if given is _MISSING:
+            raise ModelFileError(f"{where} is missing: schema {SCHEMAS[version]!r} requires it")
+        if not _agrees(given, derived):
+            raise ModelFileError(
+                f"{where} = {shown(given)} does not match {derived!r}, the value the plan's specs, "
+                "tensors and waste figures give; derived figures are recomputed on read and must agree"
+            )
+
+
+def _agrees(given: Any, derived: int | float) -> bool:
+    """``given`` is the number ``derived`` (an integer figure must be written as an integer)."""
+    if isinstance(given, bool) or not isinstance(given, int | float):
+        return False
+    if isinstance(derived, int) and not isinstance(given, int):
+        return False
+    return bool(given == derived)
+
+
+def _derived_figures(data: Mapping[str, Any], plan: Plan, version: int) -> Iterator[tuple[str, Any, Any]]:
+    """(where, the document's value, the derived value) for every derived figure."""
+    for i, (doc, worker) in enumerate(zip(data["workers"], plan.workers, strict=True)):
+        if "allocated_bytes" in doc or version >= 2:
+            yield (
+                f"workers[{i}].allocated_bytes",
+                doc.get("allocated_bytes", _MISSING),
+                worker.allocated_bytes,
+            )
+    if plan.waste is not None:
+        yield from _waste_figures(data["waste"], plan.waste)
+    if version >= 2:
+        for i, (doc, group) in enumerate(zip(data["groups"], plan.groups, strict=True)):
+            for key, size in page_sizes(group.spec).items():
+                yield f"groups[{i}].{key}", doc.get(key, _MISSING), size
+        yield from _spec_size_figures(_object(_get(data, "spec_sizes", "plan"), "spec_sizes"), plan.specs)
+
+
+def _waste_figures(doc: Mapping[str, Any], waste: WasteReport) -> Iterator[tuple[str, Any, Any]]:
+    derived = waste.to_dict()
+    for key in ("allocated_bytes", "real_bytes", "page_padding_bytes", "slot_padding_bytes", "efficiency"):
+        if key in doc:
+            yield f"waste.{key}", doc[key], derived[key]
+    for i, (x, worker) in enumerate(zip(doc["workers"], waste.workers, strict=True)):
+        if "efficiency" in x:
+            yield f"waste.workers[{i}].efficiency", x["efficiency"], worker.efficiency
+
+
+def _spec_size_figures(
+    doc: Mapping[str, Any], specs: Mapping[str, KVCacheSpec]
+) -> Iterator[tuple[str, Any, Any]]:
+    missing = next((name for name in specs if name not in doc), None)
+    if missing is not None:
+        raise ModelFileError(
+            f"spec_sizes[{missing!r}] is missing: spec_sizes has one entry per layer of 'specs'"
+        )
+    stray = next((name for name in doc if name not in specs), None)
+    if stray is not None:
+        raise ModelFileError(
+            f"spec_sizes[{stray!r}] is not a layer of 'specs': spec_sizes has one entry per layer"
+        )
+    sizes = _Memo(page_sizes)
+    for name, spec in specs.items():
+        record, derived = _object(doc[name], f"spec_sizes[{name!r}]"), sizes(spec)
+        if record == derived and all(type(v) is int for v in record.values()):
+            continue  # the common case, checked at once
+        for key, size in derived.items():
+            yield f"spec_sizes[{name!r}].{key}", record.get(key, _MISSING), size
+
+
+# -- writing: JSON text in pieces -------------------------------------------------------------
+
+#: items joined into one piece of :meth:`Plan.iter_json`
+_BATCH = 2000
+#: distinct decision bodies remembered at a time (decisions repeat in runs of layers)
+_DECISION_MEMO = 4096
+
+
+class _JSONText:
+    """The JSON text of a plan, equal to ``json.dumps`` of :meth:`Plan.to_dict` with the same
+    ``indent``, written piece by piece; what repeats is encoded once."""
+
+    def __init__(self, indent: int | None) -> None:
+        if indent is not None:
+            indent = as_int(indent, "to_json(indent=...)", minimum=0, maximum=16, error=ModelFileError)
+        self.indent = indent
+        self.colon = ":" if indent is None else ": "
+        self.specs = _Memo(lambda spec: self.value(spec.to_dict(), 2))
+        self.sizes = _Memo(lambda spec: self.value(page_sizes(spec), 2))
+        self.group_specs = _Memo(lambda spec: self.value(spec.to_dict(), 3))
+        self.bodies: dict[tuple[Any, ...], tuple[str, str]] = {}
+        self.contents: dict[tuple[Any, ...], tuple[str, str]] = {}
+
+    # -- generic pieces ------------------------------------------------------------------
+    def newline(self, depth: int) -> str:
+        """What comes before an item at ``depth`` (nothing in compact text)."""
+        return "" if self.indent is None else "\n" + " " * (self.indent * depth)
+
+    def value(self, obj: Any, depth: int) -> str:
+        """Any JSON value written at ``depth``."""
+        text = json.dumps(obj, indent=self.indent, separators=(",", self.colon))
+        return text if self.indent is None else text.replace("\n", self.newline(depth))
+
+    def key(self, name: str) -> str:
+        """An object key with its colon."""
+        return _string(name) + self.colon
+
+    def container(self, brackets: str, items: Iterable[str], depth: int) -> Iterator[str]:
+        """An array (``"[]"``) or object (``"{}"``, items with their keys) of encoded items at
+        ``depth``, in pieces of :data:`_BATCH` items."""
+        inner = self.newline(depth + 1)
+        lead, empty = brackets[0] + inner, True
+        batch: list[str] = []
+        for item in items:
+            batch.append(item)
+            if len(batch) == _BATCH:
+                yield lead + ("," + inner).join(batch)
+                lead, empty = "," + inner, False
+                batch.clear()
+        if batch:
+            yield lead + ("," + inner).join(batch)
+            empty = False
+        yield brackets if empty else self.newline(depth) + brackets[1]
+
+    def whole(self, brackets: str, items: Iterable[str], depth: int) -> str:
+        """:meth:`container` as one string (for small containers)."""
+        return "".join(self.container(brackets, items, depth))
+
+    def names(self, names: Iterable[str], depth: int) -> str:
+        """An array of layer names."""
+        return self.whole("[]", map(_string, names), depth)
+
+    # -- the plan's parts ---------------------------------------------------------------
+    def plan(self, plan: Plan) -> Iterator[str]:
+        """The whole document, in the key order of :meth:`Plan.to_dict`."""
+        lead = "{" + self.newline(1)
+        for name, pieces in self.sections(plan):
+            yield lead + self.key(name)
+            yield from pieces
+            lead = "," + self.newline(1)
+        yield self.newline(0) + "}"
+
+    def sections(self, plan: Plan) -> Iterator[tuple[str, Iterable[str]]]:
+        """Each top-level key with its value's pieces."""
+        small = {
+            "schema": SCHEMA,
+            "strategy_set": plan.strategy_set,
+            "rules": list(plan.rules),
+            "route": plan.route,
+            "max_model_len": plan.max_model_len,
+            "num_blocks": plan.num_blocks,
+            "max_concurrency": _concurrency(plan.max_concurrency),
+            "capacity_tokens": plan.capacity_tokens,
+            "config": plan.config.to_dict(),
+        }
+        for name, value in small.items():
+            yield name, (self.value(value, 1),)
+        specs = plan.specs.items()
+        yield "specs", self.container("{}", (self.key(n) + self.specs(s) for n, s in specs), 1)
+        yield "spec_sizes", self.container("{}", (self.key(n) + self.sizes(s) for n, s in specs), 1)
+        yield "groups", self.container("[]", map(self.group, plan.groups), 1)
+        yield "workers", self.container("[]", map(self.worker, plan.workers), 1)
+        yield "waste", (self.value(plan.waste.to_dict() if plan.waste is not None else None, 1),)
+        yield "decisions", self.container("[]", map(self.decision, plan.decisions), 1)
+        if plan.extra:
+            yield "extra", (self.value(dict(plan.extra), 1),)
+
+    def group(self, group: KVCacheGroup) -> str:
+        """One entry of ``groups`` (depth 2)."""
+        fields = [
+            self.key("layer_names") + self.names(group.layer_names, 3),
+            self.key("spec") + self.group_specs(group.spec),
+            self.key("is_eagle_group") + ("true" if group.is_eagle_group else "false"),
+        ]
+        fields += [self.key(k) + _int(v) for k, v in page_sizes(group.spec).items()]
+        return self.whole("{}", fields, 2)
+
+    def worker(self, worker: WorkerPlan) -> str:
+        """One entry of ``workers`` (depth 2)."""
+        head = {
+            "num_blocks": worker.num_blocks,
+            "own_num_blocks": worker.own_num_blocks,
+            "layout": worker.layout,
+            "available_memory": worker.available_memory,
+            "allocated_bytes": worker.allocated_bytes,
+        }
+        groups = (self.names(g.layer_names, 4) for g in worker.groups)
+        fields = [self.key(k) + self.value(v, 3) for k, v in head.items()]
+        fields.append(self.key("groups") + self.whole("[]", groups, 3))
+        fields.append(self.key("tensors") + self.whole("[]", map(self.tensor, worker.tensors), 3))
+        return self.whole("{}", fields, 2)
+
+    def tensor(self, tensor: KVCacheTensor) -> str:
+        """One tensor of a worker (depth 4)."""
+        fields = [
+            self.key("size") + _int(tensor.size),
+            self.key("shared_by") + self.names(tensor.shared_by, 5),
+            self.key("offset") + _int(tensor.offset),
+            self.key("block_stride") + _int(tensor.block_stride),
+        ]
+        return self.whole("{}", fields, 4)
+
+    def decision(self, d: Decision) -> str:
+        """One entry of ``decisions`` (depth 2); a body shared by several layers is encoded once.
+
+        Looked up by the identity of the decision's mappings first (layers that share an answer
+        share them), then by their content (summaries made afresh for each layer).
+        """
+        fast = (
+            d.stage,
+            d.rule,
+            d.outcome,
+            d.reason,
+            id(d.before),
+            id(d.after),
+            d.padding_bytes,
+            id(d.details),
+        )
+        parts = self.bodies.get(fast)
+        if parts is None:
+            if len(self.bodies) >= _DECISION_MEMO:
+                self.bodies.clear()
+                self.contents.clear()
+            parts = self.bodies[fast] = self.body(d)
+        head, tail = parts
+        return head + ("null" if d.layer is None else _string(d.layer)) + tail
+
+    def body(self, d: Decision) -> tuple[str, str]:
+        """The text of ``d`` before and after its layer name."""
+        content = _content(d)
+        parts = None if content is None else self.contents.get(content)
+        if parts is None:
+            form = d.to_dict()
+            form["layer"] = None
+            # the first '"layer": null' is the record's own: only stage, rule and outcome come
+            # before it, and quotes inside their strings are escaped
+            head, _, tail = self.value(form, 2).partition(self.key("layer") + "null")
+            parts = (head + self.key("layer"), tail)
+            if content is not None:
+                self.contents[content] = parts
+        return parts
+
+
+def _content(d: Decision) -> tuple[Any, ...] | None:
+    """``d`` without its layer as a key (value types included, so ``1`` and ``True`` differ);
+    ``None`` when it has ``details`` or a summary value cannot be hashed."""
+    if d.details is not None:
+        return None
+    summaries = tuple(
+        None if m is None else tuple((k, type(v), v) for k, v in m.items()) for m in (d.before, d.after)
+    )
+    key = (d.stage, d.rule, d.outcome, d.reason, summaries, d.padding_bytes)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _int(value: int) -> str:
+    """An integer's JSON text."""
+    return repr(int(value))

@@ -9,10 +9,12 @@
 
 Each rule also works out what ``vllm-group-size`` would make of the same layers and acts only when
 its own grouping gives no lower max concurrency for the plan's workers and memory (one worker:
-one request costs no more bytes), then has no more groups, then no more padding slots. Both figures go into the decision (``before``: vLLM's,
-``after``: the rule's, with the alternatives considered). Per-request cost and the search over
-group sizes: :mod:`kvrules.plugin.grouping`. The aligner ``draft-aware-align`` is the built-in
-plugin ``draft-align`` of its own.
+one request costs no more bytes), then has no more groups, then no more padding slots. Both
+figures go into the decision's ``details`` (``vllm``: vLLM's, ``chosen``: the rule's, with the
+``alternatives`` considered and ``over_cap``; docs/plan-schema.md); ``before`` / ``after`` stay
+``None``, as they are reserved for spec summaries. Per-request cost and the search over group
+sizes: :mod:`kvrules.plugin.grouping`. The aligner ``draft-aware-align`` is the built-in plugin
+``draft-align`` of its own.
 """
 
 from __future__ import annotations
@@ -65,12 +67,13 @@ class _Choice:
             f"x{ratio(theirs, mine):.4f}); {len(self.considered)} group sizes with at most {max_groups} "
             f"groups considered, {self.over_cap} over the cap."
         )
-        after = {
-            **mine.as_dict(),
+        details = {
+            "vllm": theirs.as_dict(),
+            "chosen": mine.as_dict(),
             "alternatives": alternatives(self.considered, self.chosen),
             "over_cap": self.over_cap,
         }
-        ctx.decisions.record("group", rule, "applied", reason, before=theirs.as_dict(), after=after)
+        ctx.decisions.record("group", rule, "applied", reason, details=details)
 
 
 def _check_limits(name: str, max_groups: int, max_capacity_loss: float = 0.0) -> None:

@@ -17,7 +17,8 @@ alignment ``A``:
 It acts only when, after vLLM's page unification and grouping, its page is not larger than the
 one ``hybrid-align`` leads to, one request of ``max_model_len`` costs no more bytes (then no
 more groups, no more padding slots), and no request of a shorter power-of-two length costs more
-either; both figures go into its decision. What ``hybrid-align`` would do comes from
+either; both figures go into its decision's ``details`` (``vllm`` and ``chosen``,
+docs/plan-schema.md). What ``hybrid-align`` would do comes from
 :func:`kvrules.hf.vllm_hybrid_alignment`, the costs from :mod:`kvrules.plugin.grouping`.
 """
 
@@ -235,10 +236,12 @@ class DraftAwareAlign(Aligner):
             STAGE,
             self.name,
             "applied",
-            f"compared at max_model_len {ctx.settings.max_model_len}: before = hybrid-align + vLLM "
-            "unification and grouping, after = this alignment + the same rules.",
-            before=plan.vllm.as_dict() if plan.vllm is not None else None,
-            after=plan.mine.as_dict(),
+            f"compared at max_model_len {ctx.settings.max_model_len}: details.vllm = hybrid-align + "
+            "vLLM unification and grouping, details.chosen = this alignment + the same rules.",
+            details={
+                "vllm": plan.vllm.as_dict() if plan.vllm is not None else None,
+                "chosen": plan.mine.as_dict(),
+            },
         )
         return plan.specs
 

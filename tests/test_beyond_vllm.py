@@ -53,7 +53,7 @@ def plan_example(planner: Planner, name: str) -> Plan:
 
 
 def group_decision(plan: Plan, rule: str) -> Any:
-    found = [d for d in plan.decisions if d.rule == rule and d.outcome == "applied" and d.after is not None]
+    found = [d for d in plan.decisions if d.rule == rule and d.outcome == "applied" and d.details is not None]
     assert len(found) == 1, [d.reason for d in plan.decisions if d.rule == rule]
     return found[0]
 
@@ -112,8 +112,9 @@ def test_gpt_oss_120b_eagle3_vllm_is_already_optimal_and_default_keeps_it() -> N
     default = plan_example(DEFAULT, "gpt-oss-120b-eagle3")
     assert default.groups == vllm.groups and default.max_concurrency == vllm.max_concurrency
     decision = group_decision(default, "min-padding")
-    assert all(a["padded_bytes"] > decision.after["padded_bytes"] for a in decision.after["alternatives"])
-    assert old_cost.request_bytes > decision.after["request_bytes"]
+    chosen = decision.details["chosen"]
+    assert all(a["padded_bytes"] > chosen["padded_bytes"] for a in decision.details["alternatives"])
+    assert old_cost.request_bytes > chosen["request_bytes"]
     declined = [d for d in default.decisions if d.rule == "speculator-group" and d.outcome == "declined"]
     assert declined and "not better than vLLM's" in declined[0].reason
 
@@ -130,8 +131,9 @@ def test_swa30_full20_min_padding_removes_every_padding_slot() -> None:
     assert default.max_concurrency > vllm.max_concurrency * 1.04
     assert default.capacity_tokens > vllm.capacity_tokens
     decision = group_decision(default, "min-padding")
-    assert decision.before["group_size"] == 20 and decision.before["padding_slots"] == 10
-    assert decision.after["group_size"] == 10 and decision.after["padding_slots"] == 0
+    vllm_cost, chosen = decision.details["vllm"], decision.details["chosen"]
+    assert vllm_cost["group_size"] == 20 and vllm_cost["padding_slots"] == 10
+    assert chosen["group_size"] == 10 and chosen["padding_slots"] == 0
     assert "x1.04" in decision.reason
 
 
@@ -199,7 +201,7 @@ def test_drafter_scattered_by_vllm_gets_its_own_groups() -> None:
     assert default.waste is not None and default.waste.padding_slots == 0
     assert default.max_concurrency > vllm.max_concurrency * 1.19
     decision = group_decision(default, "speculator-group")
-    assert decision.before["padding_slots"] == 4 and decision.after["padding_slots"] == 0
+    assert decision.details["vllm"]["padding_slots"] == 4 and decision.details["chosen"]["padding_slots"] == 0
 
 
 def test_issue_43626_groups_keep_the_draft_apart_at_equal_capacity() -> None:
@@ -518,7 +520,8 @@ def test_draft_aware_align_covers_the_mamba_page_once() -> None:
         and "1,179,648 B" in applied[0].reason
         and "x1.0856" in applied[0].reason
     )
-    assert applied[1].before["page_size_bytes"] == 2_326_528 and applied[1].after["page_size_bytes"] == page
+    details = applied[1].details
+    assert details["vllm"]["page_size_bytes"] == 2_326_528 and details["chosen"]["page_size_bytes"] == page
     assert [d.reason for d in decisions if d.rule == "hybrid-align"] == [
         "draft-aware-align already aligned the specs."
     ]

@@ -23,7 +23,7 @@ def test_plan_json_is_the_whole_plan(capsys: pytest.CaptureFixture[str]) -> None
     code, out, _ = run(capsys, "plan", "--example", "gemma3-27b", "--json", "--strategies", "vllm")
     assert code == 0
     data = json.loads(out)
-    assert data["schema"] == "kvrules.plan/v1"
+    assert data["schema"] == "kvrules.plan/v2"
     assert data["num_blocks"] == 16384 and len(data["groups"]) == 7
 
 
