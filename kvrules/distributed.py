@@ -161,7 +161,7 @@ def plan_digest(plan: Plan) -> str:
     decisions = _Table()
     rows = []
     for d in plan.decisions:
-        key = repr((d.stage, d.rule, d.outcome, d.reason, d.before, d.after, d.padding_bytes))
+        key = repr((d.stage, d.rule, d.outcome, d.reason, d.before, d.after, d.padding_bytes, d.details))
         rows.append((d.layer, decisions.index(key, lambda key=key: key)))
     digest = hashlib.sha256()
     for part in (body, specs.values, rows):

@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("plan", help="plan a model's KV cache and print the layout")
     add_plan_arguments(p)
     p.add_argument(
-        "--json", action="store_true", help="print the whole plan as JSON (schema kvrules.plan/v1)"
+        "--json", action="store_true", help="print the whole plan as compact JSON (schema kvrules.plan/v2)"
     )
     p.add_argument("-o", "--output", metavar="PATH", help="also write the plan JSON to PATH")
     p.add_argument(

@@ -102,6 +102,18 @@ def unify_pages(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) 
         else:
             new, template = hit
             for d in template:
-                add(Decision(d.stage, d.rule, d.outcome, layer, d.reason, d.before, d.after, d.padding_bytes))
+                add(
+                    Decision(
+                        d.stage,
+                        d.rule,
+                        d.outcome,
+                        layer,
+                        d.reason,
+                        d.before,
+                        d.after,
+                        d.padding_bytes,
+                        d.details,
+                    )
+                )
         out[layer] = new
     return out

@@ -189,6 +189,7 @@ class Asker:
         before: Mapping[str, Any] | None = None,
         after: Mapping[str, Any] | None = None,
         padding_bytes: int = 0,
+        details: Mapping[str, Any] | None = None,
     ) -> Decision:
         """Append one decision (see :class:`~kvrules.Decision`)."""
         return self.decisions.record(
@@ -200,6 +201,7 @@ class Asker:
             before=before,
             after=after,
             padding_bytes=padding_bytes,
+            details=details,
         )
 
     # -- the common loop ------------------------------------------------------------------
