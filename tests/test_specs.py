@@ -307,7 +307,9 @@ def test_from_cache_dtype() -> None:
     assert KVQuantMode.from_cache_dtype("nvfp4") is KVQuantMode.NVFP4
 
 
-@pytest.mark.parametrize("value", [10**5000, 5, None, 1.5, b"bfloat16"], ids=["huge-int", "int", "none", "float", "bytes"])
+@pytest.mark.parametrize(
+    "value", [10**5000, 5, None, 1.5, b"bfloat16"], ids=["huge-int", "int", "none", "float", "bytes"]
+)
 def test_a_dtype_that_is_not_a_name_or_torch_dtype_is_a_spec_error(value: object) -> None:
     with pytest.raises(SpecError, match=r"dtype=.* is not a dtype; give a torch.dtype or one of"):
         FullAttentionSpec(16, num_kv_heads=1, head_size=64, dtype=value)  # type: ignore[arg-type]
