@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from kvrules.dtypes import dtype_name, dtype_size
 from kvrules.errors import SpecError
 from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, largest_divisor_at_most, round_up
-from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS
+from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS, shown
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -62,7 +62,7 @@ class AttentionSpec(KVCacheSpec):
         self._set_int("head_size_v", minimum=0, maximum=MAX_DIMENSION)
         if not isinstance(self.indexes_kv_by_block_stride, bool):
             raise SpecError(
-                f"{cls}.indexes_kv_by_block_stride={self.indexes_kv_by_block_stride!r} must be true or false"
+                f"{cls}.indexes_kv_by_block_stride={shown(self.indexes_kv_by_block_stride)} must be true or false"
             )
         self._set_int("page_size_padded", maximum=MAX_BYTES, optional=True)
         self._validate_extra()
@@ -226,9 +226,9 @@ class _MLAMixin:
         self._set_int("compress_ratio")
         self._set_int("alignment", maximum=MAX_BYTES, optional=True)
         if self.cache_dtype_str is not None and not isinstance(self.cache_dtype_str, str):
-            raise SpecError(f"{cls}.cache_dtype_str={self.cache_dtype_str!r} must be a string")
+            raise SpecError(f"{cls}.cache_dtype_str={shown(self.cache_dtype_str)} must be a string")
         if self.model_version is not None and not isinstance(self.model_version, str):
-            raise SpecError(f"{cls}.model_version={self.model_version!r} must be a string")
+            raise SpecError(f"{cls}.model_version={shown(self.model_version)} must be a string")
 
     @property
     def storage_block_size(self) -> int:
@@ -373,7 +373,7 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
         self._validate_mla()
         if self.model_version not in (None, "deepseek_v4"):
             raise SpecError(
-                f"SlidingWindowMLASpec.model_version={self.model_version!r} is not supported; "
+                f"SlidingWindowMLASpec.model_version={shown(self.model_version)} is not supported; "
                 "use null or 'deepseek_v4'"
             )
 

@@ -71,7 +71,7 @@ class KVQuantMode(enum.Enum):
                 if text.upper() == member.name or text.lower() == member.value:
                     return member
         raise SpecError(
-            f"{field}={value!r} is not a KV quant mode; use one of {', '.join(m.name for m in cls)}"
+            f"{field}={shown(value)} is not a KV quant mode; use one of {', '.join(m.name for m in cls)}"
         )
 
     @classmethod
@@ -359,7 +359,7 @@ class KVCacheSpec:
         return (
             f"choose block sizes so that the largest page ({target} bytes) is a whole multiple of this "
             f"layer's page ({self.page_size_bytes} bytes), or add a strategy plugin that handles "
-            f"{self.type_name!r} layers"
+            f"{shown(self.type_name)} layers"
         )
 
     # -- presentation ---------------------------------------------------------------------

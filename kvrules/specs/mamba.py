@@ -45,7 +45,7 @@ class MambaSpec(KVCacheSpec):
         if not shapes:
             raise SpecError("MambaSpec.shapes is empty; a Mamba layer holds at least one state tensor")
         if isinstance(self.dtypes, str) or not isinstance(self.dtypes, (list, tuple)):
-            raise SpecError(f"MambaSpec.dtypes={self.dtypes!r} must be a list with one dtype per shape")
+            raise SpecError(f"MambaSpec.dtypes={shown(self.dtypes)} must be a list with one dtype per shape")
         dtypes = tuple(dtype_name(d, field="MambaSpec.dtypes") for d in self.dtypes)
         if len(dtypes) != len(shapes):
             raise SpecError(
@@ -54,11 +54,11 @@ class MambaSpec(KVCacheSpec):
         object.__setattr__(self, "shapes", shapes)
         object.__setattr__(self, "dtypes", dtypes)
         if not isinstance(self.mamba_type, str) or not self.mamba_type:
-            raise SpecError(f"MambaSpec.mamba_type={self.mamba_type!r} must be a non-empty string")
+            raise SpecError(f"MambaSpec.mamba_type={shown(self.mamba_type)} must be a non-empty string")
         object.__setattr__(self, "mamba_type", self.mamba_type.lower())
         if self.mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise SpecError(
-                f"MambaSpec.mamba_cache_mode={self.mamba_cache_mode!r}; use one of {', '.join(MAMBA_CACHE_MODES)}"
+                f"MambaSpec.mamba_cache_mode={shown(self.mamba_cache_mode)}; use one of {', '.join(MAMBA_CACHE_MODES)}"
             )
         self._set_int("num_speculative_blocks", minimum=0, maximum=MAX_TOKENS)
         self._set_int("page_size_padded", maximum=MAX_BYTES, optional=True)

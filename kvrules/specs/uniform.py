@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvrules.errors import SpecError
 from kvrules.specs.base import KVCacheSpec, cdiv
-from kvrules.values import as_name
+from kvrules.values import as_name, shown
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -39,7 +39,7 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         for name, spec in self.kv_cache_specs.items():
             as_name(name, "UniformTypeKVCacheSpecs.kv_cache_specs member name")
             if not isinstance(spec, KVCacheSpec):
-                raise SpecError(f"UniformTypeKVCacheSpecs member {name!r} is not a spec: {spec!r}")
+                raise SpecError(f"UniformTypeKVCacheSpecs member {name!r} is not a spec: {shown(spec)}")
         object.__setattr__(self, "kv_cache_specs", MappingProxyType(dict(self.kv_cache_specs)))
         self._check_page_bytes()
 
