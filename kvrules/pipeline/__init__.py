@@ -163,7 +163,7 @@ class Planner:
     ) -> Plan:
         """Capacity and waste from the agreed block count, and the plan."""
         agreed = workers[0].num_blocks if workers else 1
-        concurrency = max_concurrency(grouping.groups, agreed, config)
+        concurrency = max_concurrency(grouping.groups, agreed, config, ask)
         length = config.max_model_len
         capacity = capacity_tokens(concurrency, length)
         waste = waste_report(laid_out, grouping.groups, config)

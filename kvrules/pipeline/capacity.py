@@ -29,10 +29,17 @@ def total_blocks_per_request(groups: Sequence[KVCacheGroup], config: EngineConfi
     return sum(g.spec.blocks_per_request(config) for g in groups)
 
 
-def max_concurrency(groups: Sequence[KVCacheGroup], num_blocks: int, config: EngineConfig) -> float:
+def max_concurrency(
+    groups: Sequence[KVCacheGroup], num_blocks: int, config: EngineConfig, ask: Asker | None = None
+) -> float:
     """Requests of ``max_model_len`` that ``num_blocks`` blocks hold at once (inf without groups);
-    ``num_blocks / needed`` is correctly rounded for any ints and at most ``num_blocks``."""
-    needed = total_blocks_per_request(groups, config)
+    ``num_blocks / needed`` is correctly rounded for any ints and at most ``num_blocks``. With
+    ``ask``, every group spec's answer is asked through it and checked."""
+    needed = (
+        sum(ask.blocks(g.spec, config) for g in groups)
+        if ask is not None
+        else total_blocks_per_request(groups, config)
+    )
     return float("inf") if needed == 0 else num_blocks / needed
 
 
@@ -78,11 +85,16 @@ def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker
         naming the worker, the bytes needed and available, and the largest length that fits.
     """
 
+    asked: dict[tuple[int, int], int] = {}  # each question asked once, so the answers agree
+
     def need(worker: WorkerLayout, length: int) -> int:
         if worker.layout is None:
             return 0
-        cfg = config if length == config.max_model_len else with_length(config, length)
-        return ask.request_bytes(worker.layout, worker.groups, cfg)
+        key = (worker.index, length)
+        if key not in asked:
+            cfg = config if length == config.max_model_len else with_length(config, length)
+            asked[key] = ask.request_bytes(worker.layout, worker.groups, cfg)
+        return asked[key]
 
     def fits(length: int) -> bool:
         return all(need(w, length) <= w.memory for w in workers)

@@ -30,7 +30,7 @@ def _unify_one(
     ask: Asker,
 ) -> tuple[KVCacheSpec, list[Decision]]:
     decisions: list[Decision] = []
-    before = spec.summary()
+    before = ask.summary(spec)
     declined: list[str] = []
     for rule in rules:
         check = ask.check(rule.kind, rule, "check", layer, spec, target, ctx)
@@ -41,7 +41,7 @@ def _unify_one(
         new = ask.strategy(rule, layer, spec, target, ctx)
         padding = new.page_size_bytes - new.unpadded_page_size_bytes - spec.padding_bytes
         decisions.append(
-            Decision("unify", rule.name, "applied", layer, check.reason, before, new.summary(), padding)
+            Decision("unify", rule.name, "applied", layer, check.reason, before, ask.summary(new), padding)
         )
         return new, decisions
     asked = "\n".join(f"  - {line}" for line in declined) or "  (no layer strategy is active)"

@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kvrules.config import EngineConfig
+from kvrules.dtypes import DTYPE_SIZES
 from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin.rules import Check
 from kvrules.specs.base import KVCacheSpec, field_names
@@ -201,6 +202,8 @@ def _group_problem(
     if not isinstance(group, KVCacheGroup):
         return f"returned {group!r} as group {index}, not a KVCacheGroup"
     spec = group.spec
+    if not isinstance(group.is_eagle_group, bool):
+        return f"returned group {index} with is_eagle_group={group.is_eagle_group!r}, not a bool"
     if not isinstance(spec, KVCacheSpec) or not isinstance(group.layer_names, tuple):
         return f"returned group {index} with spec {spec!r} and layers {group.layer_names!r}"
     for layer in group.layer_names:
@@ -375,9 +378,15 @@ def _of_type(kind: type) -> Callable[[object], str | None]:
 
 #: the contracts of the answers asked through :meth:`kvrules.plugin.ask.Asker.call` alone:
 #: ``(kind, method) -> checker``
+def _dtype_or_auto(value: object) -> str | None:
+    if value == "auto" or (isinstance(value, str) and value in DTYPE_SIZES):
+        return None
+    return f"{value!r} is neither 'auto' nor a dtype name ({', '.join(sorted(DTYPE_SIZES))})"
+
+
 ANSWERS: Mapping[tuple[str, str], Callable[[object], str | None]] = {
     ("architecture", "uses_mla"): _of_type(bool),
-    ("architecture", "mamba_ssm_dtype_default"): _of_type(str),
+    ("architecture", "mamba_ssm_dtype_default"): _dtype_or_auto,
     ("architecture", "engine_settings"): _engine_settings,
     ("architecture", "mtp_layer_count"): _count(0),
     ("architecture", "mamba_chunk_size"): _count(1, optional=True),

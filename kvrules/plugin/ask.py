@@ -281,15 +281,53 @@ class Asker:
             known.add(id(spec))
             problem = self._spec(layer, spec, config, seen)
             if problem:
+                builtin = self.registries.builtin
+                owner = self.provider("spec-type", _name("spec-type", spec))
+                if self.provider(kind, _name(kind, obj)) in builtin and owner not in builtin:
+                    # a built-in made a spec of a third party's type (say, with evolve()): the
+                    # type's own answers are wrong, not the built-in that made it
+                    raise self.fault(
+                        "spec-type",
+                        spec,
+                        f"(layer {layer}, made by {KIND_WORDS.get(kind, kind)} {_name(kind, obj)!r}) {problem}",
+                    )
                 raise self.fault(
                     kind, obj, f"returned a spec for {layer} that, as a {type(spec).__name__}, {problem}"
                 )
+
+    def blocks(self, spec: KVCacheSpec, config: EngineConfig) -> int:
+        """A group spec's ``blocks_per_request(config)``, asked of its spec type and checked (an int >= 0)."""
+        value = self.call("spec-type", spec, "blocks_per_request", config)
+        problem = answers.int_problem(value, "blocks_per_request()", 0)
+        if problem:
+            raise self.fault("spec-type", spec, problem)
+        return int(value)
+
+    def summary(self, spec: KVCacheSpec) -> dict[str, Any]:
+        """A spec's ``summary()`` for a decision record, asked of its spec type and checked (a dict)."""
+        value = self.call("spec-type", spec, "summary")
+        if not isinstance(value, dict):
+            raise self.fault("spec-type", spec, f"answers summary() = {value!r}, not a dict")
+        return value
+
+    def watched(
+        self, before: Mapping[int, tuple[Any, tuple[Any, ...]]], rule: Rule, method: str, *args: Any
+    ) -> Any:
+        """:meth:`call`, and when the rule raises a kvrules error, first whether it had changed a
+        spec it was given in place (then that is its fault, whatever it raised)."""
+        try:
+            return self.call(rule.kind, rule, method, *args)
+        except KVRulesError as exc:
+            problem = changed_in_place(before)
+            if problem:
+                raise self.fault(rule.kind, rule, problem) from exc
+            raise
 
     # -- converters, routers, fallbacks ---------------------------------------------------------
     def convert(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
         """A converter's rewritten specs: the same layers in the same order, each a spec."""
         before = snapshot(specs)
-        new = self.call(rule.kind, rule, "convert", self.frozen(specs), ctx)
+        new = self.watched(before, rule, "convert", self.frozen(specs), ctx)
         problem = changed_in_place(before) or answers.specs_problem(new, specs, "convert()")
         if problem:
             raise self.fault(rule.kind, rule, problem)
@@ -304,7 +342,7 @@ class Asker:
         self, rule: Rule, method: str, specs: Mapping[str, KVCacheSpec], ctx: Any, *, complete: bool
     ) -> list[KVCacheGroup]:
         before = snapshot(specs)
-        groups = self.call(rule.kind, rule, method, self.frozen(specs), ctx)
+        groups = self.watched(before, rule, method, self.frozen(specs), ctx)
         problem = changed_in_place(before) or answers.groups_problem(groups, specs, complete=complete)
         if problem:
             raise self.fault(rule.kind, rule, problem)
@@ -333,7 +371,7 @@ class Asker:
     ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
         """A partitioner's groups and the specs it leaves: together, every layer once."""
         before = snapshot(specs)
-        answer = self.call(rule.kind, rule, "partition", self.frozen(specs), ctx)
+        answer = self.watched(before, rule, "partition", self.frozen(specs), ctx)
         if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], Mapping)):
             raise self.fault(
                 rule.kind, rule, f"returned {answer!r} from partition(), not (groups, remaining specs)"
@@ -385,7 +423,7 @@ class Asker:
     def align(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
         """An aligner's specs: same layers, order and types; only its ``touches`` changed."""
         before = snapshot(specs)
-        new = self.call(rule.kind, rule, "align", self.frozen(specs), ctx)
+        new = self.watched(before, rule, "align", self.frozen(specs), ctx)
         touches = frozenset(getattr(rule, "touches", frozenset()))
         problem = changed_in_place(before) or answers.alignment_problem(specs, new, touches)
         if problem:

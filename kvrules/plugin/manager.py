@@ -266,6 +266,8 @@ def collect_registries(pm: KVRulesPluginManager) -> Registries:
             others = [p for n, p in plugins if p is not plugin]
             caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
             registry.provider = pm.describe(name)
+            if name in BUILTIN_PLUGINS:
+                registries.builtin.add(registry.provider)
             try:
                 caller(registry=registry)
                 registry.recheck()

@@ -233,6 +233,8 @@ class Registries:
     rules: RuleRegistry = field(default_factory=RuleRegistry)
     allocators: AllocatorRegistry = field(default_factory=AllocatorRegistry)
     architectures: ArchitectureRegistry = field(default_factory=ArchitectureRegistry)
+    #: the provider strings of kvrules' own built-in plugins
+    builtin: set[str] = field(default_factory=set)
 
     def all(self) -> tuple[Registry[Any], ...]:
         """Every registry, view layouts included."""
