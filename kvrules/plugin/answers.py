@@ -215,8 +215,11 @@ def _group_problem(
     if spec.has_members:
         try:
             spec.members(group.layer_names)
+            exact = set(spec.member_specs) == set(group.layer_names)
         except (KeyError, TypeError):
-            return f"gave group {index} a spec without a member for each of its layers"
+            exact = False
+        if not exact:
+            return f"gave group {index} a spec whose members are not exactly its layers"
         return None
     page = spec.page_size_bytes
     odd = next((n for n in group.layer_names if specs[n].page_size_bytes != page), None)
@@ -235,35 +238,68 @@ def int_problem(value: object, what: str, minimum: int) -> str | None:
     return None
 
 
-def tensors_problem(tensors: object, groups: Sequence[KVCacheGroup], memory: int) -> str | None:
-    """A layout's tensors for one worker holding ``groups`` with ``memory`` bytes."""
+def _pages(groups: Sequence[KVCacheGroup]) -> dict[str, int]:
+    """Each layer's page in its group: the group's page when pooled, its own member's otherwise."""
+    pages: dict[str, int] = {}
+    for g in groups:
+        if g.spec.has_members:
+            pages.update((n, s.page_size_bytes) for n, s in g.spec.members(g.layer_names).items())
+        else:
+            pages.update(dict.fromkeys(g.layer_names, g.spec.page_size_bytes))
+    return pages
+
+
+def _tensor_problem(
+    index: int, tensor: object, pages: Mapping[str, int], num_blocks: int, placed: set[str]
+) -> str | None:
+    if not isinstance(tensor, KVCacheTensor):
+        return f"returned {tensor!r} as tensor {index}, not a KVCacheTensor"
+    for label, value in (
+        ("size", tensor.size),
+        ("offset", tensor.offset),
+        ("block_stride", tensor.block_stride),
+    ):
+        problem = int_problem(value, f"tensor {index}'s {label}", 0)
+        if problem:
+            return problem
+    for name in tensor.shared_by:
+        if name not in pages:
+            return f"put layer {name!r}, which is not on this worker, in tensor {index}"
+        if name in placed:
+            return f"put layer {name!r} in more than one tensor (again in tensor {index})"
+        placed.add(name)
+    per_block = (
+        tensor.block_stride
+        if tensor.block_stride > 0
+        else max((pages[n] for n in tensor.shared_by), default=0)
+    )
+    if tensor.size < per_block * num_blocks:
+        return (
+            f"made tensor {index} of {tensor.size} bytes, less than {num_blocks} blocks of {per_block} bytes "
+            f"for {', '.join(tensor.shared_by[:3])}"
+        )
+    return None
+
+
+def tensors_problem(
+    tensors: object, groups: Sequence[KVCacheGroup], memory: int, num_blocks: int = 0
+) -> str | None:
+    """A layout's tensors for ``num_blocks`` blocks of one worker holding ``groups`` with ``memory`` bytes."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
-    layers = {name for g in groups for name in g.layer_names}
-    covered: set[str] = set()
-    packed = 0
-    total = 0
+    pages = _pages(groups)
+    placed: set[str] = set()
+    packed = total = 0
     for index, tensor in enumerate(tensors):
-        if not isinstance(tensor, KVCacheTensor):
-            return f"returned {tensor!r} as tensor {index}, not a KVCacheTensor"
-        for label, value in (
-            ("size", tensor.size),
-            ("offset", tensor.offset),
-            ("block_stride", tensor.block_stride),
-        ):
-            problem = int_problem(value, f"tensor {index}'s {label}", 0)
-            if problem:
-                return problem
-        unknown = [n for n in tensor.shared_by if n not in layers]
-        if unknown:
-            return f"put layer {unknown[0]!r}, which is not on this worker, in tensor {index}"
-        covered.update(tensor.shared_by)
+        problem = _tensor_problem(index, tensor, pages, num_blocks, placed)
+        if problem:
+            return problem
         if tensor.block_stride > 0:
             packed = max(packed, tensor.size)
         else:
             total += tensor.size
     total += packed
-    missing = sorted(layers - covered)
+    missing = sorted(set(pages) - placed)
     if missing:
         return f"left {len(missing)} layer(s) in no tensor, e.g. {', '.join(missing[:3])}"
     if total > memory:

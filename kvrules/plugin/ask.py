@@ -315,13 +315,20 @@ class Asker:
     ) -> Any:
         """:meth:`call`, and when the rule raises a kvrules error, first whether it had changed a
         spec it was given in place (then that is its fault, whatever it raised)."""
+        config = next((a.config for a in args if isinstance(getattr(a, "config", None), EngineConfig)), None)
+        settings = dict(vars(config)) if config is not None else None
         try:
-            return self.call(rule.kind, rule, method, *args)
+            answer = self.call(rule.kind, rule, method, *args)
         except KVRulesError as exc:
             problem = changed_in_place(before)
             if problem:
                 raise self.fault(rule.kind, rule, problem) from exc
             raise
+        if config is not None and dict(vars(config)) != settings:
+            raise self.fault(
+                rule.kind, rule, "changed the engine settings (ctx.config) in place; they are immutable"
+            )
+        return answer
 
     # -- converters, routers, fallbacks ---------------------------------------------------------
     def convert(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
@@ -414,7 +421,7 @@ class Asker:
     ) -> tuple[KVCacheTensor, ...]:
         """The worker's tensors: non-negative, covering every layer, fitting ``memory``."""
         tensors = self.call(rule.kind, rule, "tensors", groups, num_blocks)
-        problem = answers.tensors_problem(tensors, groups, memory)
+        problem = answers.tensors_problem(tensors, groups, memory, num_blocks)
         if problem:
             raise self.fault(rule.kind, rule, problem)
         return tuple(tensors)
