@@ -178,31 +178,10 @@ class Asker:
         return check  # type: ignore[no-any-return]
 
     # -- recording ------------------------------------------------------------------------
-    def record(
-        self,
-        stage: str,
-        rule: str,
-        outcome: str,
-        reason: str,
-        *,
-        layer: str | None = None,
-        before: Mapping[str, Any] | None = None,
-        after: Mapping[str, Any] | None = None,
-        padding_bytes: int = 0,
-        details: Mapping[str, Any] | None = None,
-    ) -> Decision:
-        """Append one decision (see :class:`~kvrules.Decision`)."""
-        return self.decisions.record(
-            stage,
-            rule,
-            outcome,
-            reason,
-            layer=layer,
-            before=before,
-            after=after,
-            padding_bytes=padding_bytes,
-            details=details,
-        )
+    @property
+    def record(self) -> Callable[..., Decision]:
+        """:meth:`DecisionLog.record` of :attr:`decisions`: append one decision (see :class:`~kvrules.Decision`)."""
+        return self.decisions.record
 
     # -- the common loop ------------------------------------------------------------------
     def first(
