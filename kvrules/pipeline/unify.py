@@ -8,7 +8,8 @@ so planning stays linear in the number of layers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 from kvrules.decisions import Decision
 from kvrules.errors import UnificationError
@@ -86,34 +87,72 @@ def unify_pages(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) 
         f"Target page is {target} bytes, the largest page (layer {target_layer!r}); "
         f"{len(pages)} distinct page sizes.",
     )
-    answers: dict[KVCacheSpec, tuple[KVCacheSpec, list[Decision]]] = {}
+    return _unified(specs, target, target_layer, rules, ctx, ask)
+
+
+def _unified(
+    specs: Mapping[str, KVCacheSpec],
+    target: int,
+    target_layer: str,
+    rules: Sequence[Rule],
+    ctx: PlanContext,
+    ask: Asker,
+) -> dict[str, KVCacheSpec]:
+    """Every layer's answer, asked once per distinct spec: a layer whose spec object was seen
+    before costs one identity lookup (no spec hash, no page arithmetic) and one decision copy
+    per rule asked. A layer already at the target page keeps its own spec object."""
+    by_equal: dict[KVCacheSpec, Answer] = {}
+    by_id: dict[int, Answer] = {}
     out: dict[str, KVCacheSpec] = {}
     add = ask.decisions.add
     for layer, spec in specs.items():
-        if spec.page_size_bytes == target:
+        hit = by_id.get(id(spec), UNSEEN)
+        if hit is UNSEEN:
+            hit = by_equal.get(spec, UNSEEN)
+            if hit is UNSEEN:
+                first = (
+                    None
+                    if spec.page_size_bytes == target
+                    else _first(layer, spec, target, target_layer, rules, ctx, ask)
+                )
+                by_equal[spec] = by_id[id(spec)] = first
+                out[layer] = spec if first is None else first[0]
+                continue
+            by_id[id(spec)] = hit
+        if hit is None:
             out[layer] = spec
             continue
-        hit = answers.get(spec)
-        if hit is None:
-            new, template = _unify_one(layer, spec, target, target_layer, rules, ctx, ask)
-            answers[spec] = (new, template)
-            for decision in template:
-                add(decision)
-        else:
-            new, template = hit
-            for d in template:
-                add(
-                    Decision(
-                        d.stage,
-                        d.rule,
-                        d.outcome,
-                        layer,
-                        d.reason,
-                        d.before,
-                        d.after,
-                        d.padding_bytes,
-                        d.details,
-                    )
-                )
-        out[layer] = new
+        _copy_decisions(hit[1], layer, add)
+        out[layer] = hit[0]
     return out
+
+
+#: a spec's answer: ``None`` (already at the target page) or the new spec and its decisions
+Answer = tuple[KVCacheSpec, list[Decision]] | None
+UNSEEN: Answer = (cast(KVCacheSpec, None), [])
+
+
+def _first(
+    layer: str,
+    spec: KVCacheSpec,
+    target: int,
+    target_layer: str,
+    rules: Sequence[Rule],
+    ctx: PlanContext,
+    ask: Asker,
+) -> tuple[KVCacheSpec, list[Decision]]:
+    """The rules asked for the first layer with this spec; its decisions recorded."""
+    new, decisions = _unify_one(layer, spec, target, target_layer, rules, ctx, ask)
+    for decision in decisions:
+        ask.decisions.add(decision)
+    return new, decisions
+
+
+def _copy_decisions(template: list[Decision], layer: str, add: Callable[[Decision], Decision]) -> None:
+    """The first layer's decisions recorded again for ``layer`` (one record per rule asked)."""
+    for d in template:
+        add(
+            Decision(
+                d.stage, d.rule, d.outcome, layer, d.reason, d.before, d.after, d.padding_bytes, d.details
+            )
+        )

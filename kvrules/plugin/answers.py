@@ -185,9 +185,9 @@ def groups_problem(groups: object, specs: Mapping[str, KVCacheSpec], *, complete
     """A router's, fallback's, grouper's (``complete``) or partitioner's groups over ``specs``."""
     if not isinstance(groups, (list, tuple)):
         return f"returned {type(groups).__name__}, not a list of KVCacheGroup"
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
     for index, group in enumerate(groups):
-        problem = _group_problem(index, group, specs, seen)
+        problem = _group_problem(index, group, specs, seen) or _layers_problem(index, groups, specs, seen)
         if problem:
             return problem
     if complete and len(seen) != len(specs):
@@ -196,9 +196,8 @@ def groups_problem(groups: object, specs: Mapping[str, KVCacheSpec], *, complete
     return None
 
 
-def _group_problem(
-    index: int, group: object, specs: Mapping[str, KVCacheSpec], seen: dict[str, int]
-) -> str | None:
+def _group_problem(index: int, group: object, specs: Mapping[str, KVCacheSpec], seen: set[str]) -> str | None:
+    """Group ``index`` itself: its type, flag, spec, and members or page (its layers: :func:`_layers_problem`)."""
     if not isinstance(group, KVCacheGroup):
         return f"returned {group!r} as group {index}, not a KVCacheGroup"
     spec = group.spec
@@ -206,12 +205,6 @@ def _group_problem(
         return f"returned group {index} with is_eagle_group={group.is_eagle_group!r}, not a bool"
     if not isinstance(spec, KVCacheSpec) or not isinstance(group.layer_names, tuple):
         return f"returned group {index} with spec {spec!r} and layers {group.layer_names!r}"
-    for layer in group.layer_names:
-        if not isinstance(layer, str) or layer not in specs:
-            return f"placed unknown layer {layer!r} in group {index}"
-        if layer in seen:
-            return f"placed layer {layer!r} in groups {seen[layer]} and {index}"
-        seen[layer] = index
     if spec.has_members:
         try:
             spec.members(group.layer_names)
@@ -220,15 +213,50 @@ def _group_problem(
             exact = False
         if not exact:
             return f"gave group {index} a spec whose members are not exactly its layers"
-        return None
-    page = spec.page_size_bytes
-    odd = next((n for n in group.layer_names if specs[n].page_size_bytes != page), None)
-    if odd is not None:
-        return (
-            f"pooled layer {odd!r} (page {specs[odd].page_size_bytes} bytes) in group {index}, whose "
-            f"page is {page} bytes; a pooled group holds one page size"
-        )
     return None
+
+
+def _layers_problem(
+    index: int, groups: Sequence[KVCacheGroup], specs: Mapping[str, KVCacheSpec], seen: set[str]
+) -> str | None:
+    """Group ``index``'s layers: known, in no earlier group (``seen`` gains them), and, when
+    pooled, of the group's page. Linear in the group's layers with set operations; the layer
+    at fault is looked for only once a problem is known."""
+    group = groups[index]
+    names = group.layer_names
+    before = len(seen)
+    try:
+        known = all(type(n) is str for n in names) and specs.keys() >= set(names)
+    except TypeError:  # an unhashable "name"
+        known = False
+    if not known:
+        odd = next(n for n in names if not isinstance(n, str) or n not in specs)
+        return f"placed unknown layer {odd!r} in group {index}"
+    seen.update(names)
+    if len(seen) != before + len(names):
+        return _repeated_layer(index, groups)
+    if group.spec.has_members:
+        return None
+    page = group.spec.page_size_bytes
+    distinct = {id(spec): spec for spec in map(specs.__getitem__, names)}
+    if all(spec.page_size_bytes == page for spec in distinct.values()):
+        return None
+    odd = next(n for n in names if specs[n].page_size_bytes != page)
+    return (
+        f"pooled layer {odd!r} (page {specs[odd].page_size_bytes} bytes) in group {index}, whose "
+        f"page is {page} bytes; a pooled group holds one page size"
+    )
+
+
+def _repeated_layer(index: int, groups: Sequence[KVCacheGroup]) -> str:
+    """The message for a layer that group ``index`` repeats (within itself or from an earlier group)."""
+    first: dict[str, int] = {}
+    for at, group in enumerate(groups[: index + 1]):
+        for name in group.layer_names:
+            if name in first:
+                return f"placed layer {name!r} in groups {first[name]} and {at}"
+            first[name] = at
+    return f"placed a layer twice in group {index}"
 
 
 def int_problem(value: object, what: str, minimum: int) -> str | None:
@@ -262,16 +290,13 @@ def _tensor_problem(
         problem = int_problem(value, f"tensor {index}'s {label}", 0)
         if problem:
             return problem
-    for name in tensor.shared_by:
-        if name not in pages:
-            return f"put layer {name!r}, which is not on this worker, in tensor {index}"
-        if name in placed:
-            return f"put layer {name!r} in more than one tensor (again in tensor {index})"
-        placed.add(name)
+    problem = _placement_problem(index, tensor.shared_by, pages, placed)
+    if problem:
+        return problem
     per_block = (
         tensor.block_stride
         if tensor.block_stride > 0
-        else max((pages[n] for n in tensor.shared_by), default=0)
+        else max(map(pages.__getitem__, tensor.shared_by), default=0)
     )
     if tensor.size < per_block * num_blocks:
         return (
@@ -279,6 +304,35 @@ def _tensor_problem(
             f"for {', '.join(tensor.shared_by[:3])}"
         )
     return None
+
+
+def _placement_problem(
+    index: int, names: Sequence[str], pages: Mapping[str, int], placed: set[str]
+) -> str | None:
+    """Tensor ``index``'s layers are on this worker and in no other tensor (``placed`` gains them);
+    set operations, the layer at fault looked for only once a problem is known."""
+    try:
+        known = pages.keys() >= set(names)
+    except TypeError:  # an unhashable "name"
+        known = False
+    if not known:
+        odd = next(n for n in names if not isinstance(n, str) or n not in pages)
+        return f"put layer {odd!r}, which is not on this worker, in tensor {index}"
+    if placed.isdisjoint(names) and len(set(names)) == len(names):
+        placed.update(names)
+        return None
+    twice = _first_repeat(placed, names)
+    return f"put layer {twice!r} in more than one tensor (again in tensor {index})"
+
+
+def _first_repeat(placed: set[str], names: Sequence[str]) -> str:
+    """The first of ``names`` already in ``placed`` or earlier in ``names``."""
+    seen = set(placed)
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return ""  # not reached: callers ask only once a repeat is known
 
 
 def tensors_problem(

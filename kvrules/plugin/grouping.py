@@ -46,10 +46,8 @@ def buckets_by_spec(specs: Mapping[str, KVCacheSpec]) -> list[Bucket]:
     A bucket's spec is the merge of its members' specs (:meth:`KVCacheSpec.merge`); buckets come
     in the order of their first layer's spec.
     """
-    exact: dict[KVCacheSpec, list[str]] = {}
-    for name, spec in specs.items():
-        exact.setdefault(spec, []).append(name)
-    order = {name: i for i, name in enumerate(specs)}
+    exact = _by_equal_spec(specs)
+    order: dict[str, int] = {}
     merged: list[tuple[list[KVCacheSpec], KVCacheSpec, list[str]]] = []
     for spec, layers in exact.items():
         for index, (members, _, names) in enumerate(merged):
@@ -57,11 +55,26 @@ def buckets_by_spec(specs: Mapping[str, KVCacheSpec]) -> list[Bucket]:
                 joined = type(members[0]).merge([*members, spec])
             except ValueError:
                 continue
+            if not order:  # needed only when buckets join, which few models do
+                order = {name: i for i, name in enumerate(specs)}
             merged[index] = ([*members, spec], joined, sorted([*names, *layers], key=order.__getitem__))
             break
         else:
             merged.append(([spec], spec, list(layers)))
     return [(spec, names) for _, spec, names in merged]
+
+
+def _by_equal_spec(specs: Mapping[str, KVCacheSpec]) -> dict[KVCacheSpec, list[str]]:
+    """Layer names by equal spec, in order; a spec object seen before costs one identity lookup
+    (models share spec objects between layers), not a spec hash."""
+    exact: dict[KVCacheSpec, list[str]] = {}
+    by_id: dict[int, list[str]] = {}
+    for name, spec in specs.items():
+        names = by_id.get(id(spec))
+        if names is None:
+            names = by_id[id(spec)] = exact.setdefault(spec, [])
+        names.append(name)
+    return exact
 
 
 def split_bucket(layers: list[str], group_size: int) -> list[list[str]]:
