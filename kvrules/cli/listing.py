@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
@@ -10,11 +11,22 @@ from kvrules.examples import example_names, load_example
 from kvrules.plugin.presets import resolve_strategies
 from kvrules.report.tables import render_rules
 
+#: reStructuredText inline literals and interpreted text (``x`` or `x`, roles such as :class:`x`)
+_RST_LITERAL = re.compile(r"(?::[\w.-]+:)?``([^`\n]+)``|(?::[\w.-]+:)?`([^`\n]+)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` with RST literals (````x````, ```x```, ``:class:`x```) written as ``'x'``.
+
+    Descriptions come from docstrings, written in RST; a terminal shows them as plain text.
+    """
+    return _RST_LITERAL.sub(lambda m: f"'{m.group(1) or m.group(2)}'", text)
+
 
 def cmd_strategies(args: argparse.Namespace) -> int:
     pm = plugin_manager_from(args)
     active = resolve_strategies(strategies_from(args), pm.registries.rules)
-    print(render_rules(pm.registries, active))
+    print(plain_text(render_rules(pm.registries, active)))
     return 0
 
 

@@ -4,7 +4,8 @@ Turn it on with ``pytest_plugins = ["kvrules.testing"]`` in a ``conftest.py`` or
 or with ``pytest -p kvrules.testing``; it is never loaded by itself. It provides three fixtures:
 
 * ``kvrules_pm``: a fresh plugin manager (built-ins plus installed plugins); register test
-  plugins on it with ``kvrules_pm.register(obj, name="test-...")``;
+  plugins on it with ``kvrules_pm.register(obj, name="test-...")``; :func:`registered` lists
+  what it holds (``registered(kvrules_pm, plugin="acme")``);
 * ``make_specs``: :func:`make_specs`, to build a model from sample names and spec objects;
 * ``captured_decisions``: every ``kvrules.decision`` event logged during the test, as
   :class:`~kvrules.Decision` objects (:class:`CapturedDecisions`);
@@ -36,6 +37,7 @@ from kvrules.testing.checks import (
     check_rule,
     check_spec_type,
 )
+from kvrules.testing.registered import registered
 from kvrules.testing.samples import (
     SAMPLE_SPEC_NAMES,
     Scenario,
@@ -126,6 +128,7 @@ __all__ = [
     "check_view_layout",
     "kvrules_pm",
     "make_specs",
+    "registered",
     "sample_scenarios",
     "sample_spec",
 ]

@@ -45,9 +45,9 @@ from kvrules.plugin.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
-from kvrules.testing.allocators import check_allocator_contract
+from kvrules.testing.allocators import MODEL_SAMPLES, check_allocator_contract, check_view_layout
 from kvrules.testing.errors import ConformanceError, fail
-from kvrules.testing.samples import Scenario, sample_scenarios, samples_of
+from kvrules.testing.samples import Scenario, sample_scenarios, sample_spec, samples_of
 
 T = TypeVar("T")
 
@@ -530,7 +530,11 @@ def check_spec_type(cls: type[KVCacheSpec], examples: Sequence[KVCacheSpec] | No
     items = list(examples) if examples is not None else samples_of(cls)
     who = f"spec type {cls.__name__!r} ({cls.type_name})"
     if not items:
-        raise fail(who, "no example instances", "pass examples=[...] with one or more instances")
+        raise fail(
+            who,
+            "no example instances",
+            f"pass check_spec_type({cls.__name__}, examples=[{cls.__name__}(...)]) with one or more instances",
+        )
     types = _spec_types_with(cls)
     for spec in items:
         if type(spec) is not cls:
@@ -646,6 +650,33 @@ def check_import_is_gpu_free(module: str, *, timeout: float = 120.0) -> None:
         )
 
 
+def _spec_examples_for(
+    name: str,
+    cls: type[KVCacheSpec],
+    given: Mapping[str, Sequence[KVCacheSpec]] | None,
+    types: Mapping[str, type[KVCacheSpec]],
+) -> Sequence[KVCacheSpec]:
+    """The examples :func:`check_plugin` checks spec type ``name`` with: ``given[name]`` or the
+    samples of a built-in type; ``given``'s keys must be the plugin's type names."""
+    given = given or {}
+    unknown = sorted(str(key) for key in given if key not in types)
+    if unknown:
+        raise fail(
+            "check_plugin(spec_examples=...)",
+            f"its keys {', '.join(map(repr, unknown))} are not spec types the plugin registers",
+            f"key the examples by type name ({', '.join(map(repr, sorted(types)))})",
+        )
+    examples = list(given[name]) if name in given else samples_of(cls)
+    if not examples:
+        raise fail(
+            f"spec type {cls.__name__!r} ({name})",
+            "check_plugin has no example instances of it",
+            f"pass check_plugin(plugin, spec_examples={{{name!r}: [{cls.__name__}(...)]}}) "
+            "(keyword-only, keyed by type name)",
+        )
+    return examples
+
+
 @dataclass
 class PluginReport:
     """What :func:`check_plugin` checked: the registries it filled and each rule's report."""
@@ -665,11 +696,13 @@ def check_plugin(
     """Run every check on everything ``plugin`` registers (alone, beside the built-ins).
 
     Registers ``plugin`` on a fresh manager (its hook implementations must match the hookspecs),
-    collects its spec types, rules and allocators, and runs :func:`check_spec_type`,
-    :func:`check_rule` and :func:`check_allocator` on each; a module plugin is also imported in
-    a fresh interpreter by :func:`check_import_is_gpu_free`.
+    collects its spec types, rules, allocators and view layouts, and runs :func:`check_spec_type`,
+    :func:`check_rule`, :func:`check_allocator` and :func:`check_view_layout` on each (a view
+    layout with kvrules' sample specs and every spec of ``spec_examples``); a module plugin is
+    also imported in a fresh interpreter by :func:`check_import_is_gpu_free`.
 
-    :param spec_examples: type name -> example instances of the plugin's spec types.
+    :param spec_examples: type name (``cls.type_name``) -> example instances, for every spec type
+        the plugin registers (built-in types have samples); an unknown key is an error.
     :raises ConformanceError: the first broken contract.
     """
     try:
@@ -686,15 +719,20 @@ def check_plugin(
         ) from exc
     if isinstance(plugin, ModuleType):
         check_import_is_gpu_free(plugin.__name__)
-    examples = spec_examples or {}
     for name, cls in mine.spec_types.classes.items():
-        check_spec_type(cls, examples.get(name))
+        check_spec_type(cls, _spec_examples_for(name, cls, spec_examples, mine.spec_types.classes))
     report = PluginReport(mine)
     runs = list(scenarios) if scenarios is not None else None
     for name, rule in mine.rules.rules.items():
         report.rules[name] = check_rule(rule, scenarios=runs, plugin_manager=pm, require_asked=require_asked)
     for allocator in mine.allocators.ordered():
         check_allocator(allocator, allocator_plan)
+    view_examples = [
+        *(sample_spec(n) for n in MODEL_SAMPLES),
+        *(s for v in (spec_examples or {}).values() for s in v),
+    ]
+    for layout in mine.allocators.ordered_view_layouts():
+        check_view_layout(layout, view_examples)
     return report
 
 
