@@ -6,6 +6,9 @@ so an integrator can catch one type. Messages name the layer, the values involve
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
 
 class KVRulesError(Exception):
     """Base class of every error kvrules raises on purpose."""
@@ -27,12 +30,44 @@ class GroupingError(KVRulesError, ValueError):
     """Layers could not be placed into KV-cache groups (includes a failed hybrid-disabled conversion)."""
 
 
+@dataclass(frozen=True)
+class Fix:
+    """One way out of an error, as data each front end words in its own terms: the Python API
+    by ``str(fix)`` (``set max_model_len=4096``), the command line by its flags
+    (``--max-model-len 4096``).
+
+    :ivar setting: what to change: an :class:`~kvrules.EngineConfig` field (``max_model_len``,
+        ``auto_fit_max_model_len``, ...) or ``available_memory`` (the memory given to ``plan()``).
+    :ivar value: the value to give it; ``None``: a larger one than now.
+    """
+
+    setting: str
+    value: int | bool | None = None
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return f"give a larger {self.setting}"
+        return f"set {self.setting}={self.value!r}"
+
+
+def fix_sentence(fixes: Iterable[Fix], spell: Callable[[Fix], str] = str) -> str:
+    """``"To fix it: a, b or c."``: each fix worded by ``spell`` (``""`` when there is none)."""
+    words = [spell(fix) for fix in fixes]
+    if not words:
+        return ""
+    joined = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+    return f"To fix it: {joined}."
+
+
 class CapacityError(KVRulesError, ValueError):
     """Not enough memory for one request of ``max_model_len`` (states the largest length that fits).
 
     :ivar needed_bytes: bytes one request of ``max_model_len`` needs on the failing worker.
     :ivar available_bytes: bytes that worker has for the KV cache.
     :ivar max_fitting_len: the largest ``max_model_len`` that fits on every worker (0 if none).
+    :ivar reason: the message without its fixes.
+    :ivar fixes: the ways out, as data (:class:`Fix`); the message ends with them in the
+        Python API's words, :meth:`explained` words them otherwise (the CLI: in its flags).
     """
 
     def __init__(
@@ -42,11 +77,18 @@ class CapacityError(KVRulesError, ValueError):
         needed_bytes: int = 0,
         available_bytes: int = 0,
         max_fitting_len: int = 0,
+        fixes: Iterable[Fix] = (),
     ) -> None:
-        super().__init__(message)
+        self.reason = message
+        self.fixes = tuple(fixes)
+        super().__init__(self.explained(str))
         self.needed_bytes = needed_bytes
         self.available_bytes = available_bytes
         self.max_fitting_len = max_fitting_len
+
+    def explained(self, spell: Callable[[Fix], str]) -> str:
+        """The message with its fixes worded by ``spell``."""
+        return " ".join(part for part in (self.reason, fix_sentence(self.fixes, spell)) if part)
 
 
 class AllocationError(KVRulesError, RuntimeError):
@@ -65,10 +107,12 @@ __all__ = [
     "AllocationError",
     "CapacityError",
     "ConfigError",
+    "Fix",
     "GroupingError",
     "KVRulesError",
     "ModelFileError",
     "PluginError",
     "SpecError",
     "UnificationError",
+    "fix_sentence",
 ]

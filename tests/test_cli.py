@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli as run
 
-from kvrules.examples import example_names
+from kvrules import CapacityError, EngineConfig, Planner
+from kvrules.cli.common import cli_fix
+from kvrules.cli.main import main
+from kvrules.errors import Fix, fix_sentence
+from kvrules.examples import example_names, load_example
 
 
 def test_plan_example_prints_groups_tensors_and_decisions(capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,10 +106,74 @@ def test_bad_model_files_exit_2_without_traceback(
     assert "Traceback" not in err
 
 
-def test_capacity_error_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_error_exit_2_with_the_fix_in_flags(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "plan", "--example", "llama3-8b", "--memory", "1GiB")
     assert code == 2
-    assert "The largest max_model_len that fits is" in err
+    assert "The largest max_model_len that fits is 8192." in err
+    assert "To fix it: pass --max-model-len 8192, give a larger --memory or pass --max-model-len auto." in err
+    assert "auto_fit_max_model_len" not in err and "available_memory" not in err
+
+
+def test_capacity_error_without_a_fitting_length_suggests_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", "--example", "llama3-8b", "--memory", "1MiB")
+    assert code == 2
+    assert err.rstrip().endswith("Not even a 1-token request fits. To fix it: give a larger --memory.")
+
+
+def test_capacity_error_in_python_terms() -> None:
+    model = load_example("llama3-8b")
+    with pytest.raises(CapacityError) as info:
+        Planner().plan(model.specs, 1 << 30, EngineConfig(max_model_len=131072))
+    error = info.value
+    assert error.fixes == (
+        Fix("max_model_len", 8192),
+        Fix("available_memory"),
+        Fix("auto_fit_max_model_len", True),
+    )
+    assert str(error).endswith(
+        "The largest max_model_len that fits is 8192. To fix it: set max_model_len=8192, give a "
+        "larger available_memory or set auto_fit_max_model_len=True."
+    )
+    assert str(error) == f"{error.reason} {fix_sentence(error.fixes)}"
+    assert "--" not in str(error)
+    assert error.explained(cli_fix).endswith(
+        "To fix it: pass --max-model-len 8192, give a larger --memory or pass --max-model-len auto."
+    )
+    assert error.max_fitting_len == 8192  # the figures stay as they were
+
+
+def test_the_fix_it_suggests_works() -> None:
+    model = load_example("llama3-8b")
+    with pytest.raises(CapacityError) as info:
+        Planner().plan(model.specs, 1 << 30, EngineConfig(max_model_len=131072))
+    for fix in info.value.fixes:
+        if fix.value is not None:
+            config = EngineConfig.from_dict({"max_model_len": 131072, fix.setting: fix.value})
+            assert Planner().plan(model.specs, 1 << 30, config).capacity_tokens > 0
+
+
+def test_cli_fix_words() -> None:
+    assert cli_fix(Fix("max_model_len", 4096)) == "pass --max-model-len 4096"
+    assert cli_fix(Fix("auto_fit_max_model_len", True)) == "pass --max-model-len auto"
+    assert cli_fix(Fix("available_memory")) == "give a larger --memory"
+    assert cli_fix(Fix("block_size", 64)) == "set block_size=64"  # no flag: the Python words
+    assert fix_sentence([]) == ""
+
+
+def test_help_texts_name_what_the_flags_take(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--block NAME" in text and "plugin name or a distribution name" in text
+    assert "block a plugin by name" not in text
+    assert "-NAME removes rule NAME" in text and "--strategies=-NAME" in text
+
+
+def test_a_dash_value_hint_names_the_flag_used(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", "--example", "llama3-8b", "-o", "-plan.json")
+    assert code == 2 and "a value starting with '-' must be joined to its flag: --output=-plan.json" in err
+    code, _, err = run(capsys, "plan", "--example", "llama3-8b", "--memory")
+    assert code == 2 and "expected one argument" in err and "joined" not in err  # no value at all
 
 
 def test_strategies_lists_every_rule_with_provider(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import structlog
 from kvrules.cli import flags
 from kvrules.cli.hf import add_hf_arguments, hf_model_from_args
 from kvrules.config import EngineConfig
-from kvrules.errors import ConfigError, ModelFileError
+from kvrules.errors import CapacityError, ConfigError, Fix, KVRulesError, ModelFileError
 from kvrules.examples import load_example
 from kvrules.model import ModelFile, load_model_file
 from kvrules.plugin.manager import KVRulesPluginManager, enable_trace, get_plugin_manager
@@ -45,10 +45,21 @@ def add_common(parser: argparse.ArgumentParser) -> None:
         "--strategies",
         action="append",
         metavar="SET",
-        help="preset name or comma-separated rule names (repeatable; default: the default set)",
+        help=(
+            "preset name or comma-separated rule names, a preset first; -NAME removes rule NAME "
+            "(write --strategies=-NAME or --strategies default,-NAME; repeatable; default: the "
+            "default set)"
+        ),
     )
     parser.add_argument(
-        "--block", action="append", default=[], metavar="PLUGIN", help="block a plugin by name"
+        "--block",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            "never load a plugin: NAME is a plugin name or a distribution name (all of its "
+            "plugins); repeatable"
+        ),
     )
     parser.add_argument(
         "--no-autoload", action="store_true", help="do not load third-party plugins from entry points"
@@ -71,6 +82,31 @@ def plugin_manager_from(args: argparse.Namespace) -> KVRulesPluginManager:
     if args.trace:
         enable_trace(pm)
     return pm
+
+
+#: the flag of each setting a :class:`~kvrules.errors.Fix` may name
+FIX_FLAGS = {
+    "max_model_len": "--max-model-len",
+    "available_memory": "--memory",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "num_gpu_blocks_override": "--num-gpu-blocks-override",
+}
+
+
+def cli_fix(fix: Fix) -> str:
+    """``fix`` in the command line's words (``pass --max-model-len auto``); a setting without a
+    flag keeps the Python API's words."""
+    if fix.setting == "auto_fit_max_model_len" and fix.value is True:
+        return f"pass {FIX_FLAGS['max_model_len']} {flags.AUTO}"
+    flag = FIX_FLAGS.get(fix.setting)
+    if flag is None:
+        return str(fix)
+    return f"give a larger {flag}" if fix.value is None else f"pass {flag} {fix.value}"
+
+
+def error_text(exc: KVRulesError) -> str:
+    """The message of ``exc`` as the command line prints it: fixes worded as flags."""
+    return exc.explained(cli_fix) if isinstance(exc, CapacityError) else str(exc)
 
 
 def strategies_from(args: argparse.Namespace) -> str | list[str] | None:

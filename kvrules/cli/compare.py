@@ -21,6 +21,7 @@ from kvrules.cli.common import (
     add_plan_arguments,
     apply_workers,
     engine_config,
+    error_text,
     load_model,
     memory_from,
     plugin_manager_from,
@@ -191,7 +192,7 @@ def render_compare(results: Sequence[SetResult], title: str) -> str:
     errors = [r for r in results if r.error is not None]
     if errors:
         out.append("")
-        out.extend(f"{r.label}: {type(r.error).__name__}: {r.error}" for r in errors)
+        out.extend(f"{r.label}: {type(r.error).__name__}: {error_text(r.error)}" for r in errors)
     if len(results) > 1:
         out.append("")
         out.append(f"(xN) = the value over {results[0].label}'s, for the same model and memory.")
@@ -206,7 +207,7 @@ def compare_document(
     for result, rat in zip(results, ratios(results), strict=True):
         entry: dict[str, Any] = {"strategies": result.label, "strategy_set": result.strategy_set}
         if result.error is not None:
-            entry["error"] = {"type": type(result.error).__name__, "message": str(result.error)}
+            entry["error"] = {"type": type(result.error).__name__, "message": error_text(result.error)}
         else:
             entry.update(result.figures or {})
             entry["page_sizes"] = list(result.page_sizes)

@@ -8,7 +8,8 @@ a usage error naming the flag (exit code 2), never an ``OverflowError`` later.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 from kvrules.errors import ConfigError
 from kvrules.units import parse_int
@@ -57,6 +58,20 @@ WORKERS = integer(1, MAX_LAYERS)
 WORKER_INDEX = integer(0, MAX_LAYERS - 1)
 
 
+def dash_value_hint(message: str, argv: Sequence[str]) -> str:
+    """A hint for argparse's ``expected one argument`` when the flag's value in ``argv`` starts
+    with ``-`` (``--strategies -stride-pad``): join it with ``=``. ``""`` otherwise."""
+    match = re.match(r"argument ([^:]+): expected one argument", message)
+    if match is None:
+        return ""
+    spellings = match.group(1).split("/")
+    for index, token in enumerate(argv[:-1]):
+        value = argv[index + 1]
+        if token in spellings and value.startswith("-"):
+            return f"; a value starting with '-' must be joined to its flag: {spellings[-1]}={value}"
+    return ""
+
+
 def length_or_auto(text: str) -> int | str:
     """``--max-model-len N|auto``: ``"auto"`` or a token count."""
     return AUTO if text.strip() == AUTO else TOKENS(text)
@@ -73,6 +88,7 @@ __all__ = [
     "TOKENS_OR_ZERO",
     "WORKERS",
     "WORKER_INDEX",
+    "dash_value_hint",
     "integer",
     "integer_list",
     "length_or_auto",

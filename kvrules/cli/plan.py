@@ -20,14 +20,15 @@ from kvrules.cli.common import (
 )
 from kvrules.cli.hf import with_model_decisions
 from kvrules.pipeline import Planner
-from kvrules.report.picture import draw_layout
+from kvrules.report.picture import check_format, draw_layout, formats_text
 from kvrules.report.summary import render_summary
 from kvrules.report.tables import render_plan
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     output_path(args.output, "-o")
-    output_path(getattr(args, "picture", None), "--picture")
+    if output_path(getattr(args, "picture", None), "--picture") is not None:
+        check_format(args.picture)
     pm = plugin_manager_from(args)
     model, title = load_model(args, pm)
     apply_workers(model, args)
@@ -60,7 +61,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("-o", "--output", metavar="PATH", help="also write the plan JSON to PATH")
     p.add_argument(
-        "--picture", metavar="PATH", help="draw the memory layout to PATH (.svg or .png; needs kvrules[plot])"
+        "--picture",
+        metavar="PATH",
+        help=f"draw the memory layout to PATH ({formats_text()}; needs kvrules[plot])",
     )
     add_common(p)
     p.set_defaults(func=cmd_plan)

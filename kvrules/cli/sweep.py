@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrules.cli import flags
-from kvrules.cli.common import add_common, plugin_manager_from, strategies_from
+from kvrules.cli.common import add_common, error_text, plugin_manager_from, strategies_from
 from kvrules.cli.progress import Progress
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
@@ -85,7 +85,7 @@ def sweep_row(
             model.specs, memory, EngineConfig.from_dict(values)
         )
     except KVRulesError as exc:
-        row["error"] = re.sub(r"^\S+\.json: ", "", str(exc).split("\n")[0])
+        row["error"] = re.sub(r"^\S+\.json: ", "", error_text(exc).split("\n")[0])
         return row
     eff = efficiency(plan)
     row.update(
