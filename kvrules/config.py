@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any
@@ -22,6 +22,14 @@ from kvrules.values import (
 DEFAULT_DRAFT_PREFIXES: tuple[str, ...] = ("draft.", "drafter.", "draft_model.")
 #: speculative methods whose drafter reads the target's hidden states (vLLM 0.28's ``use_eagle()``)
 EAGLE_STYLE_METHODS: frozenset[str] = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+#: vLLM 0.33's KV-cache layouts (``KVCacheLayout``): the stride order of ``[L, B, H, N, C]``
+#: (layers, blocks, heads, states, content); the ``B``-first ones are block-outermost
+KV_CACHE_LAYOUTS: tuple[str, ...] = ("LBHNC", "LBNHC", "LHBNC", "BLHNC", "BLNHC", "BHLNC")
+#: the layout vLLM 0.33 resolves when no attention backend declares one
+DEFAULT_KV_CACHE_LAYOUT = "LBNHC"
+#: what vLLM 0.33's DeepSeek-V4 indexer backend declares (``supported_kv_cache_layouts``,
+#: ``v1/attention/backends/mla/indexer.py:349``); vLLM resolves the first
+DEEPSEEK_V4_LAYOUTS: tuple[str, ...] = ("BLHNC", "BLNHC")
 
 
 def _integer(value: Any, name: str, *, minimum: int, maximum: int, optional: bool = False) -> int | None:
@@ -72,6 +80,20 @@ def _method(value: Any, name: str) -> str | None:
     return method
 
 
+def _layout(value: Any, name: str) -> str | None:
+    """``None`` or one of :data:`KV_CACHE_LAYOUTS` (upper case, as vLLM names them)."""
+    if value is None or (isinstance(value, str) and value in KV_CACHE_LAYOUTS):
+        return value
+    raise ConfigError(
+        f"EngineConfig.{name}={shown(value)} must be null or one of vLLM 0.33's KV-cache layouts: "
+        f"{', '.join(KV_CACHE_LAYOUTS)}"
+    )
+
+
+def _optional_flag(value: Any, name: str) -> bool | None:
+    return None if value is None else _flag(value, name)
+
+
 _tokens = partial(_integer, maximum=MAX_TOKENS)
 _parallel = partial(_integer, minimum=1, maximum=MAX_DIMENSION)
 
@@ -88,6 +110,8 @@ FIELD_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "draft_layer_prefixes": _prefixes,
     "auto_fit_max_model_len": _flag,
     "speculative_method": _method,
+    "kv_cache_layout": _layout,
+    "reserve_null_block": _optional_flag,
 }
 
 
@@ -127,6 +151,16 @@ class EngineConfig:
     :param speculative_method: vLLM's ``speculative_config.method`` (``None``: no speculative
         decoding). With an EAGLE-style method (:data:`EAGLE_STYLE_METHODS`) the
         ``deepseekv4-packing`` route flags the group holding the last layer ``is_eagle_group``.
+    :param kv_cache_layout: the KV-cache layout the engine resolved (vLLM 0.33's
+        ``cache_config.get_resolved_kv_cache_layout()``, one of :data:`KV_CACHE_LAYOUTS`);
+        ``None``: :data:`DEFAULT_KV_CACHE_LAYOUT`, what vLLM 0.33 resolves when no backend declares
+        one. Read by the ``vllm-0.33`` preset: a block-outermost layout packs mixed pages into one
+        block (``layout-packing``), a layer-outermost one unifies them; it fixes every tensor's
+        strides (``one-backing``). The ``vllm-0.28`` rules ignore it.
+    :param reserve_null_block: hold one block's bytes back from the memory check and auto-fit
+        (vLLM 0.33's null block, which the block pool keeps); the allocation still uses all the
+        memory. ``None``: as the tensor layout says (``one-backing`` reserves, the 0.28 layouts
+        do not).
     """
 
     max_model_len: int
@@ -140,6 +174,8 @@ class EngineConfig:
     draft_layer_prefixes: tuple[str, ...] = DEFAULT_DRAFT_PREFIXES
     auto_fit_max_model_len: bool = False
     speculative_method: str | None = None
+    kv_cache_layout: str | None = None
+    reserve_null_block: bool | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -161,6 +197,29 @@ class EngineConfig:
     def context_parallel_size(self) -> int:
         """DCP x PCP: how many ranks share one request's full-attention tokens."""
         return self.decode_context_parallel_size * self.prefill_context_parallel_size
+
+    @property
+    def resolved_kv_cache_layout(self) -> str:
+        """:attr:`kv_cache_layout`, or :data:`DEFAULT_KV_CACHE_LAYOUT` when unset."""
+        return self.kv_cache_layout or DEFAULT_KV_CACHE_LAYOUT
+
+    @property
+    def block_outermost(self) -> bool:
+        """True when the resolved layout puts blocks outermost (``B...``): every block holds all
+        layers' pages back to back (vLLM 0.33's ``KVCacheLayout.is_block_outermost``)."""
+        return self.resolved_kv_cache_layout.startswith("B")
+
+    def layout_for(self, specs: Iterable[Any]) -> tuple[str, str]:
+        """The KV-cache layout vLLM 0.33 plans ``specs`` against, and where it comes from:
+        :attr:`kv_cache_layout` when set; else what vLLM 0.33's CUDA attention backends declare
+        for these layers: the DeepSeek-V4 indexer (a layer whose ``model_version`` is
+        ``"deepseek_v4"``) :data:`DEEPSEEK_V4_LAYOUTS`, no other backend anything, so
+        :data:`DEFAULT_KV_CACHE_LAYOUT`."""
+        if self.kv_cache_layout is not None:
+            return self.kv_cache_layout, "EngineConfig.kv_cache_layout"
+        if any(getattr(s, "model_version", None) == "deepseek_v4" for s in specs):
+            return DEEPSEEK_V4_LAYOUTS[0], "declared by the DeepSeek-V4 indexer backend"
+        return DEFAULT_KV_CACHE_LAYOUT, "no backend declares one (vLLM 0.33's default)"
 
     def is_draft_layer(self, layer_name: str) -> bool:
         """True when ``layer_name`` starts with one of :attr:`draft_layer_prefixes`."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from json.encoder import encode_basestring_ascii as _string
@@ -30,6 +30,21 @@ from kvrules.values import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, as_int, as_name, a
 SCHEMA = "kvrules.plan/v2"
 #: the schema id of every version :meth:`Plan.from_dict` reads, by version number
 SCHEMAS = {1: "kvrules.plan/v1", 2: SCHEMA}
+
+
+#: preset names kept as aliases: name -> the preset it stands for. ``vllm`` is ``vllm-0.28``
+#: throughout kvrules 0.2 (deprecated; removed in 0.3); a set chosen by an alias records the
+#: preset it resolves to (``StrategySet.name``, ``Plan.strategy_set``), and a document written
+#: with the alias (kvrules 0.1) reads back with the preset's name. Re-exported by
+#: :mod:`kvrules.plugin.presets`.
+PRESET_ALIASES: dict[str, str] = {"vllm": "vllm-0.28"}
+
+
+def canonical_set_name(name: str) -> str:
+    """``name`` with a leading preset alias replaced by the preset it stands for
+    (``vllm`` -> ``vllm-0.28``, ``vllm+x`` -> ``vllm-0.28+x``); any other name unchanged."""
+    head, plus, rest = name.partition("+")
+    return PRESET_ALIASES.get(head, head) + plus + rest
 
 
 def plan_json_schema(version: int = 2) -> dict[str, Any]:
@@ -115,6 +130,109 @@ class KVCacheTensor:
             offset=_count(data.get("offset", 0), f"{where}.offset"),
             block_stride=_count(data.get("block_stride", 0), f"{where}.block_stride"),
         )
+
+
+@dataclass(frozen=True)
+class BackingTensor:
+    """One tensor over a worker's single backing allocation, in vLLM 0.33's form
+    (``KVCacheTensor(size, layers, layer_stride, block_stride, offset, host_resident)``).
+
+    The page of ``layers[l]`` for block ``b`` starts at ``offset + l * layer_stride + b *
+    block_stride`` inside the backing allocation of ``size`` bytes (every backing tensor of a
+    worker has the same ``size``). Tensors of different groups overlap: the groups overlay the
+    backing from byte 0, which is sound because a block belongs to one group at a time.
+    """
+
+    size: int
+    layers: tuple[str, ...]
+    layer_stride: int
+    block_stride: int
+    offset: int = 0
+    host_resident: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plan-schema form."""
+        return {
+            "size": self.size,
+            "layers": list(self.layers),
+            "layer_stride": self.layer_stride,
+            "block_stride": self.block_stride,
+            "offset": self.offset,
+            "host_resident": self.host_resident,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "backing tensor") -> BackingTensor:
+        """Inverse of :meth:`to_dict`.
+
+        :raises ModelFileError: a missing key or a value of the wrong kind (names ``where``).
+        """
+        data = _object(data, where)
+        resident = data.get("host_resident", False)
+        if not isinstance(resident, bool):
+            raise ModelFileError(f"{where}.host_resident = {shown(resident)} must be true or false")
+        return cls(
+            size=_count(_get(data, "size", where), f"{where}.size"),
+            layers=_names(_get(data, "layers", where), f"{where}.layers"),
+            layer_stride=_count(_get(data, "layer_stride", where), f"{where}.layer_stride"),
+            block_stride=_count(_get(data, "block_stride", where), f"{where}.block_stride"),
+            offset=_count(data.get("offset", 0), f"{where}.offset"),
+            host_resident=resident,
+        )
+
+
+def spec_runs(group: KVCacheGroup) -> list[tuple[KVCacheSpec, tuple[str, ...]]]:
+    """A group's layers by distinct member spec, in order of first appearance: vLLM 0.33 places
+    one tensor per (group, distinct spec)."""
+    members = group.spec.members(group.layer_names)
+    runs: dict[KVCacheSpec, list[str]] = {}
+    for name in group.layer_names:
+        runs.setdefault(members[name], []).append(name)
+    return [(spec, tuple(names)) for spec, names in runs.items()]
+
+
+def backing_tensors(
+    groups: Sequence[KVCacheGroup], num_blocks: int, block_bytes: int, *, block_outermost: bool
+) -> tuple[BackingTensor, ...]:
+    """vLLM 0.33's placement of ``groups`` in one backing of ``block_bytes x num_blocks`` bytes.
+
+    Each group overlays the backing from byte 0 and lays its distinct-spec runs one after the
+    other. Layer-outermost: each layer owns a region of ``page x num_blocks`` bytes
+    (``layer_stride = page x num_blocks``, ``block_stride = page``); block-outermost: each block
+    holds every layer's page back to back (``layer_stride = page``, ``block_stride = block_bytes``).
+    """
+    size = block_bytes * num_blocks
+    out: list[BackingTensor] = []
+    for group in groups:
+        offset = 0
+        for spec, names in spec_runs(group):
+            page = spec.page_size_bytes
+            if block_outermost:
+                out.append(BackingTensor(size, names, page, block_bytes, offset))
+            else:
+                out.append(BackingTensor(size, names, page * num_blocks, page, offset))
+            offset += page * len(names) * (1 if block_outermost else num_blocks)
+    return tuple(out)
+
+
+def tensors_of_backing(
+    backing: Sequence[BackingTensor], *, block_outermost: bool
+) -> tuple[KVCacheTensor, ...]:
+    """The same placement in kvrules' (vLLM 0.28's) tensor form: one tensor per distinct start
+    byte with the layers aliasing it. Layer-outermost: ``size`` is a layer region; block-outermost:
+    ``size`` is the backing's, ``offset`` the place inside a block and ``block_stride`` the block."""
+    starts: dict[int, list[str]] = {}
+    sizes: dict[int, int] = {}
+    stride = 0
+    for tensor in backing:
+        stride = tensor.block_stride
+        for index, name in enumerate(tensor.layers):
+            start = tensor.offset + index * tensor.layer_stride
+            starts.setdefault(start, []).append(name)
+            sizes[start] = max(sizes.get(start, 0), tensor.size if block_outermost else tensor.layer_stride)
+    if block_outermost:
+        return tuple(KVCacheTensor(sizes[s], tuple(starts[s]), s, stride) for s in sorted(starts))
+    return tuple(KVCacheTensor(sizes[s], tuple(starts[s])) for s in sorted(starts))
 
 
 @dataclass(frozen=True)
@@ -222,6 +340,8 @@ class WorkerPlan:
     :ivar layout: the name of the tensor layout used.
     :ivar available_memory: bytes planned against (after ``num_gpu_blocks_override``).
     :ivar own_num_blocks: blocks this worker's memory alone would give.
+    :ivar backing: vLLM 0.33's form of the same placement (:class:`BackingTensor`), from a
+        layout that places one backing allocation per worker (``one-backing``); empty otherwise.
     """
 
     num_blocks: int
@@ -230,6 +350,7 @@ class WorkerPlan:
     layout: str = ""
     available_memory: int = 0
     own_num_blocks: int = 0
+    backing: tuple[BackingTensor, ...] = ()
 
     @property
     def allocated_bytes(self) -> int:
@@ -346,7 +467,7 @@ class Plan:
                 error=ModelFileError,
             ),
             config=EngineConfig.from_dict(dict(_object(_get(data, "config", "plan"), "config"))),
-            strategy_set=_text(data.get("strategy_set", ""), "strategy_set"),
+            strategy_set=canonical_set_name(_text(data.get("strategy_set", ""), "strategy_set")),
             rules=_names(data.get("rules", []), "rules"),
             route=_text(data.get("route", ""), "route"),
             waste=_read_waste(data.get("waste")),
@@ -369,7 +490,7 @@ def _worker_dict(w: WorkerPlan) -> dict[str, Any]:
         "allocated_bytes": w.allocated_bytes,
         "groups": [list(g.layer_names) for g in w.groups],
         "tensors": [t.to_dict() for t in w.tensors],
-    }
+    } | ({"backing": [t.to_dict() for t in w.backing]} if w.backing else {})
 
 
 class _Memo:
@@ -459,6 +580,9 @@ def _v2_key_in(data: Mapping[str, Any]) -> str:
     for i, decision in enumerate(_entries(data, "decisions")):
         if "details" in decision:
             return f"decisions[{i}].details"
+    for i, worker in enumerate(_entries(data, "workers")):
+        if "backing" in worker:
+            return f"workers[{i}].backing"
     return ""
 
 
@@ -518,6 +642,7 @@ def _read_worker(value: Any, where: str, groups: tuple[KVCacheGroup, ...]) -> Wo
             "the order of 'groups' (empty for a group with no layer on this worker)"
         )
     tensors = _array(_get(data, "tensors", where), f"{where}.tensors")
+    backing = _array(data.get("backing", []), f"{where}.backing")
     return WorkerPlan(
         num_blocks=_count(_get(data, "num_blocks", where), f"{where}.num_blocks", MAX_BLOCKS),
         tensors=tuple(
@@ -530,6 +655,9 @@ def _read_worker(value: Any, where: str, groups: tuple[KVCacheGroup, ...]) -> Wo
         layout=_text(data.get("layout", ""), f"{where}.layout"),
         available_memory=_count(data.get("available_memory", 0), f"{where}.available_memory"),
         own_num_blocks=_count(data.get("own_num_blocks", 0), f"{where}.own_num_blocks", MAX_BLOCKS),
+        backing=tuple(
+            BackingTensor.from_dict(t, where=f"{where}.backing[{k}]") for k, t in enumerate(backing)
+        ),
     )
 
 
@@ -761,7 +889,21 @@ class _JSONText:
         fields = [self.key(k) + self.value(v, 3) for k, v in head.items()]
         fields.append(self.key("groups") + self.whole("[]", groups, 3))
         fields.append(self.key("tensors") + self.whole("[]", map(self.tensor, worker.tensors), 3))
+        if worker.backing:
+            fields.append(self.key("backing") + self.whole("[]", map(self.backing, worker.backing), 3))
         return self.whole("{}", fields, 2)
+
+    def backing(self, tensor: BackingTensor) -> str:
+        """One backing tensor of a worker (depth 4)."""
+        fields = [
+            self.key("size") + _int(tensor.size),
+            self.key("layers") + self.names(tensor.layers, 5),
+            self.key("layer_stride") + _int(tensor.layer_stride),
+            self.key("block_stride") + _int(tensor.block_stride),
+            self.key("offset") + _int(tensor.offset),
+            self.key("host_resident") + ("true" if tensor.host_resident else "false"),
+        ]
+        return self.whole("{}", fields, 4)
 
     def tensor(self, tensor: KVCacheTensor) -> str:
         """One tensor of a worker (depth 4)."""

@@ -1,19 +1,23 @@
-"""Built-in plugin ``layouts``: ``shared-pool``, ``per-layer`` and ``packed`` (vLLM 0.28, formulas §4.4)."""
+"""Built-in plugin ``layouts``: ``shared-pool``, ``per-layer`` and ``packed`` (vLLM 0.28, formulas §4.4),
+and vLLM 0.33's one backing allocation per worker, ``backing-layer-outer`` and
+``backing-block-outer`` (chosen by ``EngineConfig.kv_cache_layout``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 from kvrules import (
     EngineConfig,
     GroupingError,
     KVCacheGroup,
+    KVCacheSpec,
     KVCacheTensor,
     UniformTypeKVCacheSpecs,
     hookimpl,
 )
+from kvrules.plan import BackingTensor, backing_tensors, tensors_of_backing
 from kvrules.plugin import Check, Layout, PlanContext, RuleRegistry, applies, declines
 
 
@@ -131,11 +135,95 @@ class Packed(Layout):
         )
 
 
+def _group_specs(groups: Sequence[KVCacheGroup]) -> list[KVCacheSpec]:
+    return [s for g in groups for s in g.spec.members(g.layer_names).values()]
+
+
+def group_page_sum(group: KVCacheGroup) -> int:
+    """Bytes one block of ``group`` takes: the sum of its layers' pages."""
+    members = group.spec.members(group.layer_names)
+    return sum(members[name].page_size_bytes for name in group.layer_names)
+
+
+@dataclass(frozen=True)
+class BackingLayerOuter(Layout):
+    """vLLM 0.33 with a layer-outermost layout: one backing of ``bytes_per_block x num_blocks``
+    per worker; the groups overlay it from byte 0, each layer of a group owning a region of
+    ``page x num_blocks`` bytes; one block costs the largest group's page sum. The block pool's
+    null block is held back from the memory check (``reserves_null_block``)."""
+
+    reserves_null_block: ClassVar[bool] = True
+    block_outermost: ClassVar[bool] = False
+
+    name: str = "backing-layer-outer"
+    priority: int = 50
+    description: str = (
+        "vLLM 0.33, layer-outermost layout: one backing per worker, groups overlaid from byte 0, "
+        "a region of page x num_blocks per layer."
+    )
+    default: bool = False
+
+    def check(self, groups: Sequence[KVCacheGroup], ctx: PlanContext) -> Check:
+        specs = _group_specs(groups)
+        layout, source = ctx.config.layout_for(specs)
+        if layout.startswith("B") != self.block_outermost:
+            return declines(f"the KV-cache layout is {layout} ({source}).")
+        live = [g for g in groups if g.layer_names]
+        pages = {s.page_size_bytes for s in specs}
+        if not self.block_outermost and len(live) > 1 and len(pages) > 1:
+            return declines(
+                f"layout {layout} ({source}) is layer-outermost and {len(live)} groups hold "
+                f"{len(pages)} page sizes; vLLM 0.33 refuses that (validate_kv_cache_layout): "
+                "set a block-outermost kv_cache_layout"
+            )
+        return applies(
+            f"layout {layout} ({source}): {len(live)} groups in one backing allocation, one block = "
+            "the largest group's page sum."
+        )
+
+    def block_bytes(self, groups: Sequence[KVCacheGroup]) -> int:
+        return max((group_page_sum(g) for g in groups if g.layer_names), default=0)
+
+    def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
+        return self.block_bytes(groups) * sum(g.spec.blocks_per_request(config) for g in groups)
+
+    def backing(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[BackingTensor, ...]:
+        """The placement in vLLM 0.33's ``KVCacheTensor`` form."""
+        live = [g for g in groups if g.layer_names]
+        return backing_tensors(live, num_blocks, self.block_bytes(live), block_outermost=self.block_outermost)
+
+    def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
+        return tensors_of_backing(self.backing(groups, num_blocks), block_outermost=self.block_outermost)
+
+
+@dataclass(frozen=True)
+class BackingBlockOuter(BackingLayerOuter):
+    """vLLM 0.33 with a block-outermost layout: every block holds each group's pages back to
+    back (distinct-spec runs in order), ``block_stride`` = the largest group's page sum."""
+
+    block_outermost: ClassVar[bool] = True
+
+    name: str = "backing-block-outer"
+    description: str = (
+        "vLLM 0.33, block-outermost layout: one backing per worker, each block holding every "
+        "layer's page of a group back to back."
+    )
+
+
 @hookimpl
 def kvrules_register_rules(registry: RuleRegistry) -> None:
     registry.add(SharedPool())
     registry.add(PerLayer())
     registry.add(Packed())
+    registry.add(BackingLayerOuter())
+    registry.add(BackingBlockOuter())
 
 
-__all__ = ["Packed", "PerLayer", "SharedPool"]
+__all__ = [
+    "BackingBlockOuter",
+    "BackingLayerOuter",
+    "Packed",
+    "PerLayer",
+    "SharedPool",
+    "group_page_sum",
+]

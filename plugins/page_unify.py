@@ -1,8 +1,10 @@
-"""Built-in plugin ``page-unify``: the layer strategies ``mamba-pad``, ``block-scale``, ``stride-pad``.
+"""Built-in plugin ``page-unify``: the layer strategies ``mamba-pad``, ``block-scale``,
+``stride-pad`` and ``attention-pad``.
 
 Semantics follow vLLM 0.28 (PRs #45207 and #45181): a Mamba page is padded (its block size is
 kept); a page that divides the target and scales with ``block_size`` gets a larger block size;
-an attention layer whose backend reads pages by block stride is padded.
+an attention layer whose backend reads pages by block stride is padded. vLLM 0.33 pads every
+attention page but MLA's unconditionally (``attention-pad``, ``kv_cache_planning.py:396-399``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
-from kvrules import AttentionSpec, KVCacheSpec, hookimpl
+from kvrules import AttentionSpec, KVCacheSpec, MLAAttentionSpec, hookimpl
 from kvrules.plugin import Check, LayerStrategy, PlanContext, RuleRegistry, applies, declines
 
 
@@ -98,8 +100,34 @@ class StridePad(LayerStrategy):
         return spec.evolve(page_size_padded=target)
 
 
+@dataclass(frozen=True)
+class AttentionPad(LayerStrategy):
+    """Pad any attention page except MLA's (vLLM 0.33: ``indexes_kv_by_block_stride`` is gone)."""
+
+    touches: ClassVar[frozenset[str]] = frozenset({"page_size_padded"})
+
+    name: str = "attention-pad"
+    priority: int = 100
+    description: str = "Pad any non-MLA attention page to the target page (vLLM 0.33, unconditional)."
+    default: bool = False
+
+    def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
+        if not spec.is_attention:
+            return declines(f"not an attention layer ({spec.type_name}).")
+        if isinstance(spec, MLAAttentionSpec):
+            return declines(f"an MLA page ({spec.type_name}) is never padded.")
+        return applies(
+            f"vLLM 0.33 pads every non-MLA attention page: {spec.page_size_bytes} -> {target} bytes "
+            f"(+{target - spec.page_size_bytes})."
+        )
+
+    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
+        return spec.evolve(page_size_padded=target)
+
+
 @hookimpl
 def kvrules_register_rules(registry: RuleRegistry) -> None:
     registry.add(MambaPad())
     registry.add(BlockScale())
     registry.add(StridePad())
+    registry.add(AttentionPad())

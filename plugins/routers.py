@@ -121,6 +121,11 @@ class DeepseekV4Packing(Router):
         return applies(f"sliding-window MLA layers with {len(pages)} distinct page sizes.")
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
+        return flag_eagle_group(self.tuple_groups(specs, ctx), specs, ctx)
+
+    def tuple_groups(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
+        """The layer-tuple groups: the MLA layers in one uniform-type group, each
+        sliding-window MLA bucket cut into groups of ``n`` layer tuples."""
         mla: dict[str, KVCacheSpec] = {}
         buckets: dict[tuple[int, int], dict[str, KVCacheSpec]] = {}
         for name, spec in specs.items():
@@ -164,7 +169,49 @@ class DeepseekV4Packing(Router):
             "applied",
             f"layer-tuple counts {values} give {n} layer tuples per group; {len(groups)} groups.",
         )
-        return flag_eagle_group(groups, specs, ctx)
+        return groups
+
+
+@dataclass(frozen=True)
+class LayoutPacking(DeepseekV4Packing):
+    """vLLM 0.33's layout-driven packing: with a block-outermost KV-cache layout
+    (``EngineConfig.kv_cache_layout``) and mixed pages, each block holds every group's pages back
+    to back. The groups are those of DeepSeek-V4's layer-tuple packing (the same groups vLLM
+    0.33 forms on the shared cases); models other than MLA / sliding-window MLA are declined."""
+
+    name: str = "layout-packing"
+    priority: int = 200
+    description: str = (
+        "vLLM 0.33: a block-outermost layout packs mixed pages into one block (MLA and sliding-window MLA)."
+    )
+    default: bool = False
+
+    def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
+        layout, source = ctx.config.layout_for(specs.values())
+        if not layout.startswith("B"):
+            return declines(
+                f"the KV-cache layout {layout} ({source}) is layer-outermost; pages are unified instead."
+            )
+        pages = {s.page_size_bytes for s in specs.values()}
+        if len(pages) <= 1:
+            return declines(f"all pages are {pages.pop() if pages else 0} bytes; nothing to pack.")
+        other = sorted(
+            {
+                s.type_name
+                for s in specs.values()
+                if not isinstance(s, MLAAttentionSpec | SlidingWindowMLASpec)
+            }
+        )
+        if other:
+            return declines(
+                f"kvrules packs only mla and sliding_window_mla layers this way, not {', '.join(other)}."
+            )
+        return applies(
+            f"layout {layout} ({source}) is block-outermost and the layers have {len(pages)} page sizes."
+        )
+
+    def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
+        return self.tuple_groups(specs, ctx)
 
 
 def flag_eagle_group(
@@ -209,5 +256,12 @@ class UnifiedPage(Router):
 
 @hookimpl
 def kvrules_register_rules(registry: RuleRegistry) -> None:
-    for rule in (AttentionFree(), UniformSpec(), UniformType(), DeepseekV4Packing(), UnifiedPage()):
+    for rule in (
+        AttentionFree(),
+        UniformSpec(),
+        UniformType(),
+        DeepseekV4Packing(),
+        LayoutPacking(),
+        UnifiedPage(),
+    ):
         registry.add(rule)

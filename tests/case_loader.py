@@ -14,9 +14,11 @@ from kvrules import EngineConfig, KVCacheSpec, KVQuantMode
 CASES_DIR = Path(os.environ.get("KVRULES_CASES_DIR", Path(__file__).resolve().parent / "data" / "cases"))
 
 
-def case_names() -> list[str]:
-    """Names of every case that has a vLLM answer."""
-    return sorted(p.name[: -len(".vllm.json")] for p in CASES_DIR.glob("*.vllm.json"))
+def case_names(answer: str = "vllm") -> list[str]:
+    """Names of every case (sub-folders included, e.g. ``quantized/c10a_...``) that has an
+    ``NAME.<answer>.json`` answer: ``vllm`` (vLLM 0.28.0) or ``vllm-0.33`` (vLLM 0.33.0)."""
+    suffix = f".{answer}.json"
+    return sorted(p.relative_to(CASES_DIR).as_posix()[: -len(suffix)] for p in CASES_DIR.rglob(f"*{suffix}"))
 
 
 @dataclass
@@ -39,9 +41,16 @@ def _layer_spec(name: str, data: dict[str, Any], mamba_mode: str | None) -> KVCa
     return kvrules.spec_from_dict(data, layer=name)
 
 
-def load_case(name: str) -> Case:
+def load_case(name: str, answer_kind: str = "vllm", *, published: bool = True) -> Case:
+    """Case ``name`` with its ``<answer_kind>`` answer; ``published=False`` drops the attention
+    fields ``state_content_bytes`` / ``num_head_slots`` (kvrules' ``kv_quant_mode`` formula then
+    gives the page)."""
     raw = json.loads((CASES_DIR / f"{name}.json").read_text())
-    answer = json.loads((CASES_DIR / f"{name}.vllm.json").read_text())
+    answer = json.loads((CASES_DIR / f"{name}.{answer_kind}.json").read_text())
+    if not published:
+        for data in raw["layers"].values():
+            data.pop("state_content_bytes", None)
+            data.pop("num_head_slots", None)
     specs = {n: _layer_spec(n, d, raw.get("mamba_cache_mode")) for n, d in raw["layers"].items()}
     if raw.get("workers"):
         workers = [{n: specs[n] for n in names} for names in raw["workers"]]
@@ -66,6 +75,7 @@ def load_case(name: str) -> Case:
         num_gpu_blocks_override=raw.get("num_gpu_blocks_override"),
         extra_retained_tokens=extra,
         auto_fit_max_model_len=auto,
+        kv_cache_layout=answer.get("kv_cache_layout", {}).get("name"),
     )
     return Case(name, workers, specs, memory, config, answer)
 
@@ -87,6 +97,30 @@ def expected_layer_specs(answer: dict[str, Any]) -> dict[str, tuple[int, int, in
         for layer in group["layer_names"]:
             out[layer] = spec_triple(members[layer] if members else spec)
     return out
+
+
+def backing_multiset(tensors: list[Any]) -> list[tuple[int, tuple[str, ...], int, int, int]]:
+    """vLLM 0.33's tensors (answer dicts or :class:`kvrules.plan.BackingTensor`) as a sorted list
+    of ``(size, layers in order, layer_stride, block_stride, offset)``."""
+    rows = []
+    for t in tensors:
+        if isinstance(t, dict):
+            rows.append((t["size"], tuple(t["layers"]), t["layer_stride"], t["block_stride"], t["offset"]))
+        else:
+            rows.append((t.size, t.layers, t.layer_stride, t.block_stride, t.offset))
+    return sorted(rows)
+
+
+def tensors_as_028(answer_tensors: list[dict[str, Any]]) -> list[tuple[int, frozenset[str], int, int]]:
+    """A 0.33 answer's ``tensors_as_028`` in :func:`tensor_multiset`'s form (a layer-outermost
+    entry's ``start`` is where its region lies in the backing; kvrules' tensor is that region)."""
+    return tensor_multiset(
+        [
+            {"size": t["size"], "shared_by": t["shared_by"], "offset": t.get("offset", 0),
+             "block_stride": t.get("block_stride", 0)}
+            for t in answer_tensors
+        ]
+    )  # fmt: skip
 
 
 def tensor_multiset(tensors: list[Any]) -> list[tuple[int, frozenset[str], int, int]]:

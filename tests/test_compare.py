@@ -55,7 +55,7 @@ def test_json_has_figures_and_ratios_for_every_set(capsys: pytest.CaptureFixture
     assert document["schema"] == "kvrules.compare/v1" and document["baseline"] == "vllm"
     assert document["available_memory"] == [8 << 30] and document["max_model_len"] == 131072
     vllm, default, custom = document["sets"]
-    assert custom["strategy_set"] == "vllm+min-padding,vllm-group-size"
+    assert custom["strategy_set"] == "vllm-0.28+min-padding,vllm-group-size"
     for entry in document["sets"]:
         assert {key for key, _ in METRICS} <= set(entry) and set(entry["ratios"]) == {k for k, _ in METRICS}
     assert vllm["ratios"]["max_concurrency"] == 1.0

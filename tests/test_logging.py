@@ -148,7 +148,7 @@ def test_structlog_capture_gets_whole_events() -> None:
         "capacity_tokens": plan.capacity_tokens,
         "max_model_len": 4096,
         "route": "uniform-spec",
-        "strategy_set": "vllm",
+        "strategy_set": "vllm-0.28",
     }
     assert structlog.is_configured()  # still, after the block: reset before the next in-process test
     structlog.reset_defaults()

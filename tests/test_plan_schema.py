@@ -16,6 +16,7 @@ from cli_helpers import run_cli
 from structlog.testing import capture_logs
 
 from kvrules import (
+    CapacityError,
     Decision,
     EngineConfig,
     FullAttentionSpec,
@@ -84,9 +85,22 @@ def assert_json_forms(plan: Plan) -> dict[str, Any]:
 
 
 # -- every strategy set, every example: schema-valid v2 ----------------------------------------
+#: (example, set) pairs that set refuses, and why: the refusal is the engine's answer, not a defect
+REFUSED = {
+    # the example gives exactly the bytes of one 131,072-token request; vLLM 0.33 holds one block
+    # back for the null block, so it is one block short (vLLM 0.28 plans it)
+    ("llama3-8b", "vllm-0.33"): CapacityError,
+}
+
+
 @pytest.mark.parametrize("strategies", STRATEGY_SETS)
 @pytest.mark.parametrize("name", example_names())
 def test_every_example_plan_is_valid_v2_and_round_trips(name: str, strategies: str) -> None:
+    refused = REFUSED.get((name, strategies))
+    if refused is not None:
+        with pytest.raises(refused, match="null block|largest max_model_len"):
+            plan_example(name, strategies)
+        return
     assert_json_forms(plan_example(name, strategies))
 
 

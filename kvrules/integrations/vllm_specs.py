@@ -12,7 +12,15 @@ Contract, both ways:
   names the layer and the field;
 * a kvrules field the target vLLM class lacks must hold its kvrules default, else SpecError;
   ``head_size_v`` equal to what both derive (``head_size``, 0 for MLA) is left for vLLM to derive;
-* the page size is checked after every conversion: both sides must agree to the byte.
+* the page size is checked after every conversion: both sides must agree to the byte;
+* ``num_head_slots`` / ``state_content_bytes`` (how a vLLM backend publishes a quantized or
+  packed attention page) are read with vLLM's meaning: unset means ``num_kv_heads`` and the dense
+  ``(head_size + head_size_v) x dtype size``. Each side leaves out what it derives itself: a
+  vLLM spec with neither field set whose ``kv_quant_mode`` / ``cache_dtype_str`` would give
+  kvrules another page becomes a kvrules spec with the dense ``state_content_bytes`` written
+  out; published values equal to what kvrules' ``kv_quant_mode`` formula gives are left unset;
+  on the way back kvrules emits its page through the two fields explicitly, leaving unset what
+  vLLM derives. So every spec a backend customises converts both ways without loss.
 
 Nothing here imports vLLM; :func:`vllm_classes` does, lazily, when it is first called.
 """
@@ -22,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -30,6 +38,7 @@ from typing import Any
 from kvrules.dtypes import dtype_name, to_torch
 from kvrules.errors import KVRulesError, SpecError
 from kvrules.plugin.manager import default_manager
+from kvrules.specs.attention import AttentionSpec
 from kvrules.specs.base import KVCacheSpec, KVQuantMode
 
 #: the vLLM module that defines the spec, group, tensor and config classes
@@ -210,8 +219,54 @@ def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpe
         raise SpecError(f"{_where(layer)}: vLLM {vname}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{_where(layer)}: vLLM {vname} cannot be converted: {exc}") from None
+    if isinstance(kv, AttentionSpec) and _publishes_fields(spec):
+        kv = _published_from_vllm(kv)
     _check_page(layer, kv, spec, "converting vLLM's")
     return kv
+
+
+_PUBLISHED_FIELDS = ("num_head_slots", "state_content_bytes")
+
+
+def _publishes_fields(vllm_obj_or_class: Any) -> bool:
+    """True when the vLLM spec (or class) has both published-page fields (vLLM 0.28 and later)."""
+    names = {f.name for f in dataclasses.fields(vllm_obj_or_class)}
+    return all(name in names for name in _PUBLISHED_FIELDS)
+
+
+def _published_from_vllm(kv: AttentionSpec) -> AttentionSpec:
+    """``kv`` (built from vLLM's fields as they were) given vLLM's meaning of the published
+    fields: neither set means the dense page, which kvrules writes out when its own
+    ``kv_quant_mode`` formula differs; a published layout that formula gives anyway is unset."""
+    fallback = kv.fallback_state_layout()
+    if not kv.publishes_page:
+        dense = (kv.num_kv_heads, kv.dense_state_content_bytes)
+        if fallback == dense:
+            return kv
+        return kv.evolve(state_content_bytes=kv.dense_state_content_bytes)
+    if kv.state_layout() == fallback:
+        return kv.evolve(num_head_slots=None, state_content_bytes=None)
+    return kv
+
+
+def _published_for_vllm(spec: AttentionSpec, layer: str | None) -> dict[str, int | None]:
+    """The published fields vLLM needs to compute ``spec``'s page: kvrules' layout with what
+    vLLM derives (``num_kv_heads``, the dense state content) left unset.
+
+    :raises SpecError: the page has no ``num_heads x num_states x state_content`` form.
+    """
+    layout = spec.state_layout()
+    if layout is None:
+        raise SpecError(
+            f"{_where(layer)}: {type(spec).__name__}'s page ({spec.unpadded_page_size_bytes} bytes) "
+            "cannot be written as vLLM's num_head_slots x stored tokens x state_content_bytes; "
+            "set num_head_slots and state_content_bytes explicitly"
+        )
+    heads, content = layout
+    return {
+        "num_head_slots": None if heads == spec.num_kv_heads else heads,
+        "state_content_bytes": None if content == spec.dense_state_content_bytes else content,
+    }
 
 
 def from_vllm_spec(
@@ -227,12 +282,43 @@ def from_vllm_spec(
     return _from_vllm(spec, layer, kinds)
 
 
+def _memo_key(spec: Any) -> Hashable | None:
+    """A key equal for specs of one class whose every field (``compare=False`` ones included)
+    is equal, or ``None`` when a field is unhashable (a group spec's member mapping)."""
+    if not dataclasses.is_dataclass(spec):
+        return None
+    key = (type(spec), tuple(getattr(spec, f.name) for f in dataclasses.fields(spec)))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _convert_each(specs: Mapping[str, Any], convert: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """``convert(spec, layer)`` for every layer, once per distinct spec (a model's layers repeat a
+    handful of specs); layers with equal specs share the converted object (specs are frozen).
+    A failure names the first layer holding that spec."""
+    done: dict[Hashable, Any] = {}
+    out: dict[str, Any] = {}
+    for name, spec in specs.items():
+        key = _memo_key(spec)
+        if key is None:
+            out[name] = convert(spec, name)
+        elif key in done:
+            out[name] = done[key]
+        else:
+            out[name] = done[key] = convert(spec, name)
+    return out
+
+
 def from_vllm_specs(
     specs: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
 ) -> dict[str, KVCacheSpec]:
-    """:func:`from_vllm_spec` for every layer of ``specs`` (layer order kept)."""
+    """:func:`from_vllm_spec` for every layer of ``specs`` (layer order kept; each distinct spec
+    is converted once)."""
     kinds = kvrules_classes_by_name(spec_types if spec_types is not None else _default_spec_types())
-    return {name: _from_vllm(spec, name, kinds) for name, spec in specs.items()}
+    return _convert_each(specs, lambda spec, name: _from_vllm(spec, name, kinds))
 
 
 # -- kvrules -> vLLM ---------------------------------------------------------------------------
@@ -287,9 +373,12 @@ def _to_vllm(spec: KVCacheSpec, layer: str | None, classes: VllmClasses) -> Any:
             f"(its spec classes: {', '.join(sorted(classes.specs))})"
         )
     vfields = {f.name: f for f in dataclasses.fields(vcls) if f.init}
+    published: dict[str, int | None] = {}
+    if isinstance(spec, AttentionSpec) and all(name in vfields for name in _PUBLISHED_FIELDS):
+        published = _published_for_vllm(spec, layer)
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(spec):
-        value = getattr(spec, field.name)
+        value = published.get(field.name, getattr(spec, field.name))
         vfield = vfields.get(field.name)
         if _derived_by_default(spec, field.name, value):
             continue
@@ -323,9 +412,10 @@ def to_vllm_spec(spec: KVCacheSpec, *, layer: str | None = None, classes: VllmCl
 
 
 def to_vllm_specs(specs: Mapping[str, KVCacheSpec], *, classes: VllmClasses | None = None) -> dict[str, Any]:
-    """:func:`to_vllm_spec` for every layer of ``specs`` (layer order kept)."""
+    """:func:`to_vllm_spec` for every layer of ``specs`` (layer order kept; each distinct spec is
+    converted once)."""
     resolved = classes if classes is not None else vllm_classes()
-    return {name: _to_vllm(spec, name, resolved) for name, spec in specs.items()}
+    return _convert_each(specs, lambda spec, name: _to_vllm(spec, name, resolved))
 
 
 __all__ = [

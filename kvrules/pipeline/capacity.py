@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 from kvrules.config import EngineConfig
-from kvrules.errors import CapacityError
+from kvrules.errors import CapacityError, Fix
 from kvrules.pipeline.layout import WorkerLayout
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.ask import Asker
@@ -77,6 +77,23 @@ def gib(value: int) -> str:
     return f"{sign}{whole}.{cents:02d} GiB"
 
 
+def reserves_null_block(worker: WorkerLayout, config: EngineConfig) -> bool:
+    """``config.reserve_null_block`` when set, else what the worker's layout says (its
+    ``reserves_null_block`` class attribute; vLLM 0.33's one-backing layouts reserve)."""
+    if config.reserve_null_block is not None:
+        return config.reserve_null_block
+    return bool(getattr(worker.layout, "reserves_null_block", False))
+
+
+def checked_memory(worker: WorkerLayout, config: EngineConfig) -> int:
+    """Bytes the memory check and auto-fit may use on ``worker``: its memory, less one block's
+    bytes when the null block is reserved (vLLM 0.33, ``kv_cache_planning.py:1533-1559``); the
+    allocation still uses all of it."""
+    if worker.layout is not None and reserves_null_block(worker, config):
+        return max(worker.memory - worker.block_bytes, 0)
+    return worker.memory
+
+
 def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker) -> int:
     """The memory check: ``config.max_model_len`` when one request of it fits on every worker;
     with auto-fit, the largest length that does.
@@ -96,8 +113,19 @@ def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker
             asked[key] = ask.request_bytes(worker.layout, worker.groups, cfg)
         return asked[key]
 
+    memory = {w.index: checked_memory(w, config) for w in workers}
+    for w in workers:
+        if memory[w.index] != w.memory:
+            ask.record(
+                "capacity",
+                "null-block",
+                "applied",
+                f"Worker {w.index}: one block ({w.block_bytes} bytes) is held back for the null "
+                f"block; the memory check uses {memory[w.index]} of {w.memory} bytes.",
+            )
+
     def fits(length: int) -> bool:
-        return all(need(w, length) <= w.memory for w in workers)
+        return all(need(w, length) <= memory[w.index] for w in workers)
 
     target = config.max_model_len
     if fits(target):
@@ -111,20 +139,24 @@ def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker
             f"max_model_len {target} does not fit; {best} is the largest length that fits on every worker.",
         )
         return best
-    failing = next(w for w in workers if need(w, target) > w.memory)
+    failing = next(w for w in workers if need(w, target) > memory[w.index])
     needed = need(failing, target)
     hint = (
-        f"The largest max_model_len that fits is {best}; lower max_model_len to it, give the KV "
-        "cache more memory, or set auto_fit_max_model_len=True."
+        f"The largest max_model_len that fits is {best}." if best > 0 else "Not even a 1-token request fits."
+    )
+    more_memory = Fix("available_memory")
+    fixes = (
+        (Fix("max_model_len", best), more_memory, Fix("auto_fit_max_model_len", True))
         if best > 0
-        else "Not even a 1-token request fits; give the KV cache more memory."
+        else (more_memory,)
     )
     ask.record("capacity", "memory-check", "failed", f"Worker {failing.index} needs {needed} bytes.")
     raise CapacityError(
         f"To serve one request of max_model_len {target}, worker {failing.index} needs "
-        f"{gib(needed)} ({needed} bytes) of KV cache but has {gib(failing.memory)} "
-        f"({failing.memory} bytes). {hint}",
+        f"{gib(needed)} ({needed} bytes) of KV cache but has {gib(memory[failing.index])} "
+        f"({memory[failing.index]} bytes). {hint}",
         needed_bytes=needed,
-        available_bytes=failing.memory,
+        available_bytes=memory[failing.index],
         max_fitting_len=best,
+        fixes=fixes,
     )

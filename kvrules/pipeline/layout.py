@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kvrules.errors import CapacityError, GroupingError
-from kvrules.plan import KVCacheGroup, KVCacheTensor, WorkerPlan
+from kvrules.errors import CapacityError, GroupingError, KVRulesError, PluginError
+from kvrules.plan import BackingTensor, KVCacheGroup, KVCacheTensor, WorkerPlan
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.rules import Rule
@@ -121,6 +121,32 @@ def own_blocks(worker: WorkerLayout, ask: Asker) -> int:
     return blocks
 
 
+def backing_of(worker: WorkerLayout, num_blocks: int) -> tuple[BackingTensor, ...]:
+    """vLLM 0.33's form of the worker's placement, from a layout that places one backing
+    allocation (it has a ``backing(groups, num_blocks)`` method); empty for any other layout.
+
+    :raises PluginError: the layout's ``backing`` raised, or did not return a tuple of
+        :class:`BackingTensor` (naming the layout).
+    """
+    place = getattr(worker.layout, "backing", None)
+    if worker.layout is None or not callable(place):
+        return ()
+    try:
+        backing = place(worker.groups, num_blocks)
+    except KVRulesError:
+        raise
+    except Exception as exc:
+        raise PluginError(
+            f"layout {worker.layout.name!r}: backing() raised {type(exc).__name__}: {shown(str(exc), 200)}"
+        ) from exc
+    if not isinstance(backing, tuple) or not all(isinstance(t, BackingTensor) for t in backing):
+        raise PluginError(
+            f"layout {worker.layout.name!r}: backing() returned {shown(backing)}; it must return a "
+            "tuple of kvrules.plan.BackingTensor"
+        )
+    return backing
+
+
 def lay_out(workers: Sequence[WorkerLayout], ctx: PlanContext, ask: Asker) -> list[WorkerPlan]:
     """Every worker's tensors, all sized for the smallest block count any worker gives."""
     own = {w.index: own_blocks(w, ask) for w in workers if w.layout is not None}
@@ -139,7 +165,17 @@ def lay_out(workers: Sequence[WorkerLayout], ctx: PlanContext, ask: Asker) -> li
                 KVCacheTensor(t.size // blocks * agreed, t.shared_by, t.offset, t.block_stride)
                 for t in tensors
             )
-        plans.append(WorkerPlan(agreed, tensors, worker.groups, worker.layout.name, worker.memory, blocks))
+        plans.append(
+            WorkerPlan(
+                agreed,
+                tensors,
+                worker.groups,
+                worker.layout.name,
+                worker.memory,
+                blocks,
+                backing_of(worker, agreed),
+            )
+        )
     if len(workers) > 1:
         ask.record(
             "layout",

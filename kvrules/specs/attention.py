@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from kvrules.dtypes import dtype_name, dtype_size
 from kvrules.errors import SpecError
 from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, largest_divisor_at_most, round_up
-from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS, shown
+from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS, as_optional_int, shown
 
 if TYPE_CHECKING:
     from kvrules.config import EngineConfig
@@ -34,7 +34,14 @@ def quantized_head_dim(head_size: int, mode: KVQuantMode) -> int:
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class AttentionSpec(KVCacheSpec):
-    """Common fields of attention layers: a page holds ``block_size`` tokens of K and V."""
+    """Common fields of attention layers: a page holds ``block_size`` tokens of K and V.
+
+    ``num_head_slots`` and ``state_content_bytes`` are how a vLLM attention backend publishes a
+    quantized or packed page (vLLM 0.28 and 0.33): when either is set the page is vLLM's
+    ``num_heads x num_states x state_content`` with ``num_heads = num_head_slots or num_kv_heads``
+    and ``state_content = state_content_bytes or (head_size + head_size_v) x dtype size``; when
+    neither is set the page follows ``kv_quant_mode`` (formulas.md §1.2).
+    """
 
     num_kv_heads: int
     head_size: int
@@ -43,6 +50,8 @@ class AttentionSpec(KVCacheSpec):
     kv_quant_mode: KVQuantMode = KVQuantMode.NONE
     page_size_padded: int | None = None
     indexes_kv_by_block_stride: bool = False
+    num_head_slots: int | None = None
+    state_content_bytes: int | None = None
 
     page_format: ClassVar[str] = "kv"
     default_head_size_v_is_head_size: ClassVar[bool] = True
@@ -65,6 +74,7 @@ class AttentionSpec(KVCacheSpec):
                 f"{cls}.indexes_kv_by_block_stride={shown(self.indexes_kv_by_block_stride)} must be true or false"
             )
         self._set_int("page_size_padded", maximum=MAX_BYTES, optional=True)
+        self._check_published_fields()
         self._validate_extra()
         self._derive()
         if self.real_page_size_bytes <= 0:
@@ -78,6 +88,61 @@ class AttentionSpec(KVCacheSpec):
                 f"{cls}.page_size_padded={self.page_size_padded} is smaller than the real page "
                 f"({self.unpadded_page_size_bytes} bytes); padding can only add bytes"
             )
+
+    def _check_published_fields(self) -> None:
+        """``num_head_slots`` (1 to MAX_DIMENSION) and ``state_content_bytes`` (1 to MAX_BYTES),
+        each optional, stored as plain ``int``."""
+        cls = type(self).__name__
+        slots = as_optional_int(
+            self.num_head_slots, f"{cls}.num_head_slots", minimum=1, maximum=MAX_DIMENSION
+        )
+        content = as_optional_int(
+            self.state_content_bytes, f"{cls}.state_content_bytes", minimum=1, maximum=MAX_BYTES
+        )
+        object.__setattr__(self, "num_head_slots", slots)
+        object.__setattr__(self, "state_content_bytes", content)
+
+    @property
+    def publishes_page(self) -> bool:
+        """True when ``num_head_slots`` or ``state_content_bytes`` is set: the page is vLLM's
+        published ``num_heads x num_states x state_content`` and ``kv_quant_mode`` does not enter it."""
+        return self.num_head_slots is not None or self.state_content_bytes is not None
+
+    @property
+    def dense_state_content_bytes(self) -> int:
+        """What vLLM derives for ``state_content_bytes`` left unset: ``(head_size + head_size_v) x
+        dtype size``."""
+        head_v = self.head_size_v if self.head_size_v is not None else self.head_size
+        return (self.head_size + head_v) * self.dtype_size
+
+    def _published_page(self) -> int:
+        """vLLM's page formula from the two published fields (either may be unset)."""
+        heads = self.num_head_slots if self.num_head_slots is not None else self.num_kv_heads
+        content = self.state_content_bytes
+        if content is None:
+            content = self.dense_state_content_bytes
+        return heads * self.storage_block_size * content
+
+    def fallback_state_layout(self) -> tuple[int, int] | None:
+        """``(num_heads, state_content_bytes)`` whose product with the stored tokens is the page
+        the ``kv_quant_mode`` formula gives (the page when neither published field is set);
+        ``None`` when that page has no such form."""
+        mode = self.kv_quant_mode
+        head_v = self.head_size_v if self.head_size_v is not None else self.head_size
+        per_head = (
+            quantized_head_dim(self.head_size, mode) + quantized_head_dim(head_v, mode)
+        ) * self.dtype_size
+        scales = 2 * SCALE_BYTES if mode.is_per_token_head else 0
+        return (self.num_kv_heads, per_head + scales)
+
+    def state_layout(self) -> tuple[int, int] | None:
+        """``(num_heads, state_content_bytes)`` of this page as vLLM's formula reads it: the
+        published fields (each defaulting as in vLLM) when set, else :meth:`fallback_state_layout`."""
+        if not self.publishes_page:
+            return self.fallback_state_layout()
+        heads = self.num_head_slots if self.num_head_slots is not None else self.num_kv_heads
+        content = self.state_content_bytes
+        return (heads, content if content is not None else self.dense_state_content_bytes)
 
     def _validate_extra(self) -> None:
         """Subclass hook: validate type-specific fields."""
@@ -97,6 +162,8 @@ class AttentionSpec(KVCacheSpec):
 
     @cached_property
     def real_page_size_bytes(self) -> int:  # type: ignore[override]
+        if self.publishes_page:
+            return self._published_page()
         mode = self.kv_quant_mode
         head_v = self.head_size_v if self.head_size_v is not None else self.head_size
         per_head = quantized_head_dim(self.head_size, mode) + quantized_head_dim(head_v, mode)
@@ -105,7 +172,7 @@ class AttentionSpec(KVCacheSpec):
     @cached_property
     def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
         scales = 0
-        if self.kv_quant_mode.is_per_token_head:
+        if self.kv_quant_mode.is_per_token_head and not self.publishes_page:
             scales = 2 * self.storage_block_size * self.num_kv_heads * SCALE_BYTES
         return self.real_page_size_bytes + scales
 
@@ -144,6 +211,8 @@ class AttentionSpec(KVCacheSpec):
             kv_quant_mode=self.kv_quant_mode,
             page_size_padded=padded,
             indexes_kv_by_block_stride=self.indexes_kv_by_block_stride,
+            num_head_slots=self.num_head_slots,
+            state_content_bytes=self.state_content_bytes,
             sliding_window=sliding_window,
             attention_chunk_size=attention_chunk_size,
         )
@@ -236,6 +305,8 @@ class _MLAMixin:
 
     def _mla_real_page(self, *, v32_layout: bool) -> int:
         sbs = self.storage_block_size
+        if cast(AttentionSpec, self).publishes_page:
+            return cast(AttentionSpec, self)._published_page()
         if self.cache_dtype_str == "fp8_ds_mla":
             if self.model_version == "deepseek_v4":
                 return sbs * FP8_DS_MLA_V4_TOKEN_BYTES
@@ -245,6 +316,18 @@ class _MLAMixin:
         if self.kv_quant_mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
             head //= 2
         return sbs * self.num_kv_heads * head * self.dtype_size
+
+    def _mla_fallback_layout(self, *, v32_layout: bool) -> tuple[int, int] | None:
+        """:meth:`AttentionSpec.fallback_state_layout` for a latent page."""
+        if self.cache_dtype_str == "fp8_ds_mla":
+            if self.model_version == "deepseek_v4":
+                return (1, FP8_DS_MLA_V4_TOKEN_BYTES)
+            if v32_layout:
+                return (1, FP8_DS_MLA_V32_TOKEN_BYTES) if self.compress_ratio == 1 else None
+        head = self.head_size
+        if self.kv_quant_mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
+            head //= 2
+        return (self.num_kv_heads, head * self.dtype_size)
 
     def _apply_alignment(self) -> None:
         """With ``alignment`` set, pad the page up to a multiple of it (unless padded further)."""
@@ -280,6 +363,9 @@ class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
     @cached_property
     def real_page_size_bytes(self) -> int:  # type: ignore[override]
         return self._mla_real_page(v32_layout=True)
+
+    def fallback_state_layout(self) -> tuple[int, int] | None:
+        return self._mla_fallback_layout(v32_layout=True)
 
     @cached_property
     def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
@@ -385,6 +471,9 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
     def real_page_size_bytes(self) -> int:  # type: ignore[override]
         return self._mla_real_page(v32_layout=False)
 
+    def fallback_state_layout(self) -> tuple[int, int] | None:
+        return self._mla_fallback_layout(v32_layout=False)
+
     @cached_property
     def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
         return self.real_page_size_bytes
@@ -402,6 +491,8 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
             kv_quant_mode=self.kv_quant_mode,
             page_size_padded=self.page_size_padded if block == self.block_size else None,
             indexes_kv_by_block_stride=self.indexes_kv_by_block_stride,
+            num_head_slots=self.num_head_slots,
+            state_content_bytes=self.state_content_bytes,
             sliding_window=self.sliding_window,
             cache_dtype_str=self.cache_dtype_str,
             alignment=self.alignment,
