@@ -517,6 +517,8 @@ class FaultyArchitecture(Architecture):
     def engine_settings(self, config: Any, settings: Any) -> tuple[dict[str, Any], str]:
         if self.fault == "engine-none":
             return None  # type: ignore[return-value]
+        if self.fault == "engine-unknown-key":
+            return {"bogus_setting": 1}, "a setting no EngineConfig has"
         return {}, ""
 
 

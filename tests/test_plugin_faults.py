@@ -584,6 +584,13 @@ fault("architecture-P1-uses-mla-raises", architecture("mla-raise"), BUILD)(
 fault("architecture-P1-engine-settings-none", architecture("engine-none"), BUILD)(
     "answered engine_settings() with None; it must be (settings dict, reason str)"
 )
+fault("architecture-P2-engine-settings-unknown-key", architecture("engine-unknown-key"), BUILD)(
+    "answered engine_settings() with engine settings {'bogus_setting': 1}: unknown engine setting(s) "
+    "bogus_setting; known: auto_fit_max_model_len, decode_context_parallel_size, "
+    "disable_hybrid_kv_cache_manager, draft_layer_prefixes, extra_retained_tokens, kv_cache_layout, "
+    "max_model_len, max_num_batched_tokens, max_num_encoder_input_tokens, num_gpu_blocks_override, "
+    "prefill_context_parallel_size, reserve_null_block, speculative_method"
+)
 fault("architecture-P2-build-non-specs", architecture("build-non-specs"), BUILD)(
     "built 'model.layers.0.self_attn.attn': 128; expected layer name -> spec"
 )

@@ -45,8 +45,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kvrules.config import EngineConfig
+from kvrules.config import EngineConfig, check_settings
 from kvrules.dtypes import DTYPE_SIZES
+from kvrules.errors import ConfigError
 from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin.rules import Check
 from kvrules.specs.base import KVCacheSpec, field_names
@@ -449,14 +450,20 @@ def _count(minimum: int, optional: bool = False) -> Callable[[object], str | Non
 
 
 def _engine_settings(value: object) -> str | None:
-    if (
+    """A ``(settings, reason)`` pair whose settings are :class:`EngineConfig` fields with valid
+    values (an architecture's wrong setting is its fault, not the user's)."""
+    if not (
         isinstance(value, tuple)
         and len(value) == 2
         and isinstance(value[0], dict)
         and isinstance(value[1], str)
     ):
-        return None
-    return f"{_short(value)}; it must be (settings dict, reason str)"
+        return f"{_short(value)}; it must be (settings dict, reason str)"
+    try:
+        check_settings(value[0])
+    except ConfigError as exc:
+        return f"engine settings {_short(value[0])}: {exc}"
+    return None
 
 
 def _of_type(kind: type) -> Callable[[object], str | None]:
