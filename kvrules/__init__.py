@@ -41,7 +41,7 @@ from kvrules.specs import (
     spec_to_dict,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BUILTIN_PLUGINS",

@@ -14,9 +14,13 @@ from kvrules import KVCacheSpec, hookimpl
 from kvrules.hf import Architecture, BuildSettings, HFConfig, layers
 from kvrules.hf import mamba as mamba_shapes
 from kvrules.plugin import ArchitectureRegistry
+from kvrules.plugin.rules import Check, applies, declines
 
-FULL = "full_attention"
-SLIDING = "sliding_attention"
+FULL = layers.FULL
+SLIDING = layers.SLIDING
+
+#: the ``generic`` architecture's priority: below every named one (0 unless a plugin says more)
+GENERIC_PRIORITY = -1000
 
 
 def layer_types(config: HFConfig, count: int, allowed: tuple[str, ...]) -> list[str] | None:
@@ -42,34 +46,130 @@ def _attention(config: HFConfig, settings: BuildSettings) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class DecoderOnly(Architecture):
-    """Llama-style decoders: full attention, or sliding windows where ``layer_types`` says so.
+class Generic(Architecture):
+    """Any attention decoder whose cache kinds standard fields say (:func:`kvrules.hf.layers.attention_kinds`).
 
-    Qwen2 configs with ``use_sliding_window`` use the window from layer ``max_window_layers`` on.
+    MLA when ``kv_lora_rank`` is set (latent ``kv_lora_rank + qk_rope_head_dim``, every layer);
+    else per layer full, sliding (``sliding_window``) or chunked (``attention_chunk_size``)
+    attention, from ``layer_types``, ``sliding_window_pattern``, ``use_sliding_window`` /
+    ``max_window_layers`` or a model-wide ``sliding_window``; head size ``head_dim`` (or its class
+    default), else ``hidden_size / num_attention_heads``.
+
+    :ivar catch_all: recognise every decoder no other architecture claims (the ``generic``
+        architecture, registered at the lowest priority); else only :attr:`model_types`.
+    :ivar multimodal: the language model sits under ``language_model.`` in the engine even when
+        the config is flat (Qwen2.5-VL).
     """
 
-    name: str = "llama"
-    model_types: tuple[str, ...] = ("llama",)
+    name: str = "generic"
+    catch_all: bool = False
+    multimodal: bool = False
+
+    @property
+    def generic(self) -> bool:
+        """True for the catch-all (the ``arch`` decision's ``details.generic``)."""
+        return self.catch_all
+
+    def recognises(self, config: HFConfig) -> Check:
+        if not self.catch_all:
+            return super().recognises(config)
+        seen = config.text_model_type or "(none)"
+        if config.flag("is_encoder_decoder", False):
+            return declines(
+                f"model_type {seen!r} is an encoder-decoder; the generic architecture plans decoders."
+            )
+        if not (config.has("num_hidden_layers") and config.has("num_attention_heads")):
+            return declines(
+                f"model_type {seen!r} has no num_hidden_layers / num_attention_heads: not an attention decoder."
+            )
+        return applies(
+            f"no named architecture claims model_type {seen!r}; the generic architecture reads its cache "
+            "from standard fields."
+        )
+
+    def prefix(self, config: HFConfig) -> str:
+        """Where the decoder layers sit in the engine's module tree."""
+        return "language_model.model.layers" if self.multimodal else layers.layer_prefix(config)
+
+    def kinds(self, config: HFConfig, n: int) -> layers.LayerKinds:
+        """Each layer's attention kind (override to read a family's own field first)."""
+        return layers.attention_kinds(config, n)
+
+    def uses_mla(self, config: HFConfig) -> bool:
+        return layers.mla_latent(config) is not None
+
+    def _mla(self, config: HFConfig, settings: BuildSettings, n: int, latent: int) -> dict[str, KVCacheSpec]:
+        kinds = self.kinds(config, n)
+        if set(kinds.kinds) != {layers.FULL}:
+            key = "layer_types" if config.has("layer_types") else "sliding_window"
+            raise config.error(
+                key,
+                "asks for windowed layers in a multi-head-latent-attention model (kv_lora_rank); "
+                "the generic architecture builds MLA only as full attention: use a named architecture",
+            )
+        heads = config.integer("num_attention_heads")
+        mamba_shapes.split(config, "num_attention_heads", heads, settings.tp, what="attention heads")
+        spec = layers.mla(settings, latent)
+        return {f"{self.prefix(config)}.{i}.self_attn.attn": spec for i in range(n)}
 
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
         n = config.integer("num_hidden_layers")
+        latent = layers.mla_latent(config)
+        if latent is not None:
+            return self._mla(config, settings, n, latent)
+        kinds = self.kinds(config, n)
         heads, head = _attention(config, settings)
-        types = layer_types(config, n, (FULL, SLIDING))
-        if types is None and config.flag("use_sliding_window", False):
-            start = config.integer("max_window_layers", 0, minimum=0)
-            types = [SLIDING if i >= start else FULL for i in range(n)]
-        full = layers.full_attention(settings, heads, head)
-        out: dict[str, KVCacheSpec] = {}
-        window_spec: KVCacheSpec | None = None
-        for i in range(n):
-            if types is not None and types[i] == SLIDING:
-                if window_spec is None:
-                    window = config.integer("sliding_window", why="layer_types names sliding layers")
-                    window_spec = layers.sliding_window(settings, heads, head, window)
-                out[attention_prefix(config, i)] = window_spec
-            else:
-                out[attention_prefix(config, i)] = full
-        return out
+        specs: dict[str, KVCacheSpec] = {layers.FULL: layers.full_attention(settings, heads, head)}
+        if kinds.window is not None:
+            specs[layers.SLIDING] = layers.sliding_window(settings, heads, head, kinds.window)
+        if kinds.chunk is not None:
+            specs[layers.CHUNKED] = layers.chunked_local(settings, heads, head, kinds.chunk)
+        prefix = self.prefix(config)
+        return {f"{prefix}.{i}.self_attn.attn": specs[kind] for i, kind in enumerate(kinds.kinds)}
+
+    def assumptions(self, config: HFConfig) -> list[str]:
+        """What the build read or assumed, one sentence each (the ``arch`` decision shows them)."""
+        n = config.integer("num_hidden_layers")
+        latent = layers.mla_latent(config)
+        if latent is not None:
+            return [f"multi-head latent attention, latent {latent} = kv_lora_rank + qk_rope_head_dim"]
+        head = layers.head_size(config)
+        return [*self.kinds(config, n).assumptions, layers.head_size_note(config, head)]
+
+    def engine_settings(self, config: HFConfig, settings: BuildSettings) -> tuple[dict[str, Any], str]:
+        if layers.mla_latent(config) is not None:
+            return {}, ""
+        if layers.CHUNKED not in self.kinds(config, config.integer("num_hidden_layers")).kinds:
+            return {}, ""
+        return _CHUNKED_ENGINE
+
+
+#: vLLM's default for chunked local attention (Llama 4 and the generic architecture)
+_CHUNKED_ENGINE: tuple[dict[str, Any], str] = (
+    {"disable_hybrid_kv_cache_manager": True},
+    "vLLM disables the hybrid KV-cache manager by default for chunked local attention "
+    "(unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)",
+)
+
+
+@dataclass(frozen=True)
+class MiniMax(Generic):
+    """MiniMax-M2: full attention in every layer; ``attn_type_list`` (1 = softmax attention,
+    0 = MiniMax-01's lightning linear attention) must say so."""
+
+    name: str = "minimax-m2"
+    model_types: tuple[str, ...] = ("minimax_m2",)
+
+    def kinds(self, config: HFConfig, n: int) -> layers.LayerKinds:
+        values = config.sequence("attn_type_list", n)
+        if values is not None and any(v != 1 for v in values):
+            index = next(i for i, v in enumerate(values) if v != 1)
+            raise config.error(
+                "attn_type_list",
+                f"entry {index} is {values[index]!r}; {self.name} builds softmax attention (1) only: "
+                "linear (lightning) attention keeps a state this architecture does not build",
+            )
+        return super().kinds(config, n)
 
 
 @dataclass(frozen=True)
@@ -132,32 +232,39 @@ class Llama4(Architecture):
     model_types: tuple[str, ...] = ("llama4", "llama4_text")
 
     def _rope(self, config: HFConfig, n: int) -> list[int]:
-        values = config.sequence("no_rope_layers", n)
+        """1 for a RoPE (chunked) layer; ``no_rope_layers`` absent or ``[]`` is transformers' default
+        pattern: every ``no_rope_layer_interval``-th layer (4) is global."""
+        if config.get("no_rope_layers") == []:
+            values = None
+        else:
+            values = config.sequence("no_rope_layers", n)
         if values is None:
-            return [int((i + 1) % 4 != 0) for i in range(n)]
-        return [int(bool(v)) for v in values[:n]]
+            interval = config.integer("no_rope_layer_interval", 4)
+            return [int((i + 1) % interval != 0) for i in range(n)]
+        return [int(bool(v)) for v in values]
+
+    def _chunked(self, config: HFConfig, n: int) -> list[bool]:
+        """Which layers are chunked: ``layer_types`` when set, else the RoPE layers."""
+        types = layer_types(config, n, (FULL, layers.CHUNKED))
+        if types is not None:
+            return [t == layers.CHUNKED for t in types]
+        return [bool(rope) for rope in self._rope(config, n)]
 
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
         n = config.integer("num_hidden_layers")
         heads, head = _attention(config, settings)
         chunk = config.opt_int("attention_chunk_size")
         full = layers.full_attention(settings, heads, head)
+        chunked = self._chunked(config, n)
         if chunk is None:
             return {attention_prefix(config, i): full for i in range(n)}
         local = layers.chunked_local(settings, heads, head, chunk)
-        return {
-            attention_prefix(config, i): (local if rope else full)
-            for i, rope in enumerate(self._rope(config, n))
-        }
+        return {attention_prefix(config, i): (local if c else full) for i, c in enumerate(chunked)}
 
     def engine_settings(self, config: HFConfig, settings: BuildSettings) -> tuple[dict[str, Any], str]:
         if config.opt_int("attention_chunk_size") is None:
             return {}, ""
-        return (
-            {"disable_hybrid_kv_cache_manager": True},
-            "vLLM disables the hybrid KV-cache manager by default for chunked local attention "
-            "(unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)",
-        )
+        return _CHUNKED_ENGINE
 
 
 @dataclass(frozen=True)
@@ -165,20 +272,74 @@ class DeepSeekMLA(Architecture):
     """DeepSeek V2 / V3: multi-head latent attention, one latent of ``kv_lora_rank + qk_rope_head_dim``."""
 
     name: str = "deepseek-mla"
-    model_types: tuple[str, ...] = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+    model_types: tuple[str, ...] = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 
     def uses_mla(self, config: HFConfig) -> bool:
         return True
+
+    def engine_kv_cache_dtype(self, config: HFConfig, option: str) -> tuple[str, str]:
+        """DeepSeek-V3.2 (sparse attention: ``index_topk``) stores an fp8 cache as ``fp8_ds_mla``."""
+        if option.startswith("fp8") and option != "fp8_ds_mla" and config.has("index_topk"):
+            return "fp8_ds_mla", "vLLM's DeepSeek-V3.2 stores an fp8 MLA cache as fp8_ds_mla"
+        return option, ""
+
+    def _layer(
+        self, config: HFConfig, settings: BuildSettings, index: int, indexed: bool = True
+    ) -> dict[str, KVCacheSpec]:
+        """One layer's caches: the MLA latent, and DeepSeek-V3.2's indexer keys when ``index_head_dim``
+        is set (and ``indexed``: the layer's ``layer_types`` entry is ``indexed_attention``)."""
+        latent = config.integer("kv_lora_rank", why="the MLA latent size") + config.integer(
+            "qk_rope_head_dim", why="the MLA RoPE part"
+        )
+        out: dict[str, KVCacheSpec] = {f"model.layers.{index}.self_attn.attn": layers.mla(settings, latent)}
+        indexer = self._indexer(config, settings) if indexed else None
+        if indexer is not None:
+            out[f"model.layers.{index}.self_attn.indexer.k_cache"] = indexer
+        return out
+
+    def _indexed(self, config: HFConfig, n: int) -> list[bool]:
+        """Which layers keep indexer keys: transformers 5's ``layer_types`` (``indexed_attention``
+        / ``full_attention``) when set, else every layer."""
+        types = layer_types(config, n, (FULL, INDEXED))
+        if types is None:
+            return [True] * n
+        if INDEXED in types and not config.has("index_head_dim"):
+            raise config.missing("index_head_dim", "layer_types names indexed_attention layers")
+        return [t == INDEXED for t in types]
+
+    def _indexer(self, config: HFConfig, settings: BuildSettings) -> KVCacheSpec | None:
+        """DeepSeek-V3.2's sparse-attention indexer cache: fp8 keys of ``index_head_dim`` plus one
+        fp32 scale per 128 (vLLM's ``DeepseekV32IndexerCache``), in uint8, whatever the KV dtype."""
+        if not config.has("index_head_dim"):
+            return None
+        config.get("index_n_heads")  # the indexer's query heads: they keep no cache
+        config.get("index_topk")
+        dim = config.integer("index_head_dim")
+        return layers.indexer_keys(settings, dim + dim // INDEXER_QUANT_BLOCK * 4)
 
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
         n = config.integer("num_hidden_layers")
         heads = config.integer("num_attention_heads")
         mamba_shapes.split(config, "num_attention_heads", heads, settings.tp, what="attention heads")
-        latent = config.integer("kv_lora_rank", why="the MLA latent size") + config.integer(
-            "qk_rope_head_dim", why="the MLA RoPE part"
-        )
-        spec = layers.mla(settings, latent)
-        return {f"model.layers.{i}.self_attn.attn": spec for i in range(n)}
+        out: dict[str, KVCacheSpec] = {}
+        for i, indexed in enumerate(self._indexed(config, n)):
+            out.update(self._layer(config, settings, i, indexed))
+        return out
+
+    def mtp_specs(self, config: HFConfig, settings: BuildSettings, count: int) -> dict[str, KVCacheSpec]:
+        """MTP layers are decoder layers after the last one, indexer included."""
+        n = config.integer("num_hidden_layers")
+        out: dict[str, KVCacheSpec] = {}
+        for i in range(count):
+            out.update(self._layer(config, settings, n + i))
+        return out
+
+
+#: fp8 indexer keys carry one float32 scale per this many elements (vLLM's ``quant_block_size``)
+INDEXER_QUANT_BLOCK = 128
+
+#: transformers 5's ``layer_types`` entry of a DeepSeek-V3.2 layer with an indexer
+INDEXED = "indexed_attention"
 
 
 @dataclass(frozen=True)
@@ -195,10 +356,11 @@ class GatedDeltaNet(Architecture):
     )
 
     def _types(self, config: HFConfig, n: int) -> list[str]:
+        """``layer_types`` when set (it wins over ``full_attention_interval``, as in transformers)."""
+        interval = config.integer("full_attention_interval", 4)
         types = layer_types(config, n, (FULL, "linear_attention"))
         if types is not None:
             return types
-        interval = config.integer("full_attention_interval", 4)
         return [FULL if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
 
     def gdn_shapes(self, config: HFConfig, settings: BuildSettings) -> tuple[tuple[int, ...], ...]:
@@ -278,7 +440,7 @@ def _mamba2_shapes(
 
 @dataclass(frozen=True)
 class NemotronH(Architecture):
-    """Nemotron-H: Mamba2 (``M``), attention (``*``), MLP/MoE (``-``/``E``, no cache) from ``hybrid_override_pattern``.
+    """Nemotron-H: Mamba2 (``M``), attention (``*``), MLP/MoE (``-``/``E``, no cache) from ``hybrid_override_pattern`` or ``layers_block_type``.
 
     The SSM state defaults to ``mamba_ssm_cache_dtype`` from the config, else float32.
     """
@@ -287,17 +449,9 @@ class NemotronH(Architecture):
     model_types: tuple[str, ...] = ("nemotron_h",)
 
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
-        n = config.integer("num_hidden_layers")
-        pattern = config.string("hybrid_override_pattern", why="it says which layers are Mamba and attention")
-        if len(pattern) != n:
-            raise config.error(
-                "hybrid_override_pattern", f"has {len(pattern)} characters but num_hidden_layers is {n}"
-            )
-        unknown = sorted(set(pattern) - set("M*-E"))
-        if unknown:
-            raise config.error(
-                "hybrid_override_pattern", f"contains {', '.join(map(repr, unknown))}; known: M, *, -, E"
-            )
+        # hybrid_override_pattern, or transformers 5's layers_block_type (no num_hidden_layers)
+        pattern = mamba_shapes.nemotron_h_pattern(config)
+        config.get("expand")  # not vLLM's: the mixer is mamba_num_heads x mamba_head_dim wide
         out: dict[str, KVCacheSpec] = {}
         attention: KVCacheSpec | None = None
         mamba: KVCacheSpec | None = None
@@ -327,6 +481,22 @@ class NemotronH(Architecture):
     def mamba_ssm_dtype_default(self, config: HFConfig) -> str:
         value = config.get("mamba_ssm_cache_dtype")
         return value if isinstance(value, str) else "float32"
+
+    def mtp_specs(self, config: HFConfig, settings: BuildSettings, count: int) -> dict[str, KVCacheSpec]:
+        """vLLM's one MTP layer: a KV cache per attention block of ``mtp_layers_block_type``
+        (``mtp_hybrid_override_pattern``), named ``mtp.layers.N.mixer.attn``."""
+        if count != 1:
+            raise config.error(
+                "num_nextn_predict_layers", f"is {count}; vLLM's Nemotron-H MTP supports exactly 1"
+            )
+        # a copy of the target's attention spec (as the base class copies it)
+        attention = next(
+            (s for s in self.build(config, settings).values() if s.type_name == "full_attention"), None
+        )
+        if attention is None:
+            attention = layers.full_attention(settings, *_attention(config, settings))
+        pattern = mamba_shapes.nemotron_h_mtp_pattern(config)
+        return {f"mtp.layers.{i}.mixer.attn": attention for i, block in enumerate(pattern) if block == "*"}
 
 
 @dataclass(frozen=True)
@@ -377,10 +547,11 @@ class FalconH1(Architecture):
         n = config.integer("num_hidden_layers")
         heads, head = _attention(config, settings)
         attention = layers.full_attention(settings, heads, head)
+        expand = config.number("mamba_expand", 2)  # read either way: mamba_d_ssm, when set, wins
         if config.has("mamba_d_ssm"):
             intermediate = config.integer("mamba_d_ssm")
         else:
-            intermediate = int(config.number("mamba_expand", 2) * config.integer("hidden_size"))
+            intermediate = int(expand * config.integer("hidden_size"))
         shapes = _mamba2_shapes(
             config,
             settings,
@@ -400,7 +571,7 @@ class FalconH1(Architecture):
 
 
 BUILTIN_ARCHITECTURES: tuple[Architecture, ...] = (
-    DecoderOnly(
+    Generic(
         name="llama",
         model_types=("llama",),
         class_names=(
@@ -409,23 +580,51 @@ BUILTIN_ARCHITECTURES: tuple[Architecture, ...] = (
             "Eagle3LlamaForCausalLM",
             "LlamaForCausalLMEagle",
         ),
-        description="Llama and EAGLE draft heads: full attention (sliding where layer_types says).",
+        description="Llama and EAGLE draft heads (generic fields).",
     ),
-    DecoderOnly(
+    Generic(
         name="mistral",
         model_types=("mistral", "mixtral"),
-        description="Mistral / Mixtral: full attention (sliding where layer_types says).",
+        description="Mistral / Mixtral (generic fields: a sliding_window applies to every layer).",
     ),
-    DecoderOnly(
+    Generic(
         name="qwen2",
         model_types=("qwen2", "qwen2_moe"),
-        description="Qwen2: full attention (sliding from max_window_layers with use_sliding_window).",
+        description="Qwen2 (generic fields: sliding from max_window_layers with use_sliding_window).",
     ),
-    DecoderOnly(
-        name="qwen3",
-        model_types=("qwen3", "qwen3_moe"),
-        description="Qwen3: full attention (sliding where layer_types says).",
+    Generic(name="qwen3", model_types=("qwen3", "qwen3_moe"), description="Qwen3 (generic fields)."),
+    Generic(
+        name="qwen2-vl",
+        model_types=("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"),
+        multimodal=True,
+        description="Qwen2-VL / Qwen2.5-VL: the text decoder (generic fields), under language_model.",
     ),
+    Generic(name="phi3", model_types=("phi3",), description="Phi-3 / Phi-4 (generic fields)."),
+    Generic(name="olmo2", model_types=("olmo2",), description="OLMo 2 (generic fields)."),
+    Generic(name="cohere", model_types=("cohere",), description="Command-R (generic fields)."),
+    Generic(
+        name="cohere2",
+        model_types=("cohere2",),
+        description="Command-R7B: sliding_window_pattern (every 4th layer global).",
+    ),
+    Generic(name="granite", model_types=("granite",), description="Granite 3 (generic fields)."),
+    Generic(name="internlm3", model_types=("internlm3",), description="InternLM3 (generic fields)."),
+    Generic(
+        name="ernie4-5",
+        model_types=("ernie4_5", "ernie4_5_moe"),
+        description="ERNIE 4.5 (generic fields, MTP).",
+    ),
+    Generic(
+        name="hunyuan",
+        model_types=("hunyuan_v1_dense", "hunyuan_v1_moe"),
+        description="Hunyuan (generic fields; use_cla is refused as cross-layer KV sharing).",
+    ),
+    Generic(
+        name="glm4-moe",
+        model_types=("glm4_moe",),
+        description="GLM-4.5 / 4.5-Air / 4.6 (generic fields; MTP from num_nextn_predict_layers).",
+    ),
+    MiniMax(description="MiniMax-M2: full attention (attn_type_list all 1)."),
     Gemma(
         name="gemma2",
         model_types=("gemma2",),
@@ -439,11 +638,19 @@ BUILTIN_ARCHITECTURES: tuple[Architecture, ...] = (
     ),
     GptOss(description="gpt-oss: alternating sliding-window (even) and full attention."),
     Llama4(description="Llama 4: chunked local attention, global attention every 4th layer."),
-    DeepSeekMLA(description="DeepSeek V2 / V3: MLA, head size kv_lora_rank + qk_rope_head_dim."),
+    DeepSeekMLA(
+        description="DeepSeek V2 / V3 / V3.2: MLA, head size kv_lora_rank + qk_rope_head_dim (+ V3.2 indexer keys)."
+    ),
     GatedDeltaNet(description="Qwen3-Next / Qwen3.5: gated delta net + full attention every 4th layer."),
     NemotronH(description="Nemotron-H: Mamba2 + attention from hybrid_override_pattern."),
     Jamba(description="Jamba: Mamba1 + attention every attn_layer_period layers."),
     FalconH1(description="Falcon-H1: attention and Mamba2 in every layer."),
+    Generic(
+        name="generic",
+        priority=GENERIC_PRIORITY,
+        catch_all=True,
+        description="Any attention decoder no named architecture claims, from standard fields.",
+    ),
 )
 
 

@@ -114,8 +114,11 @@ def test_mamba_cache_mode_all_uses_the_chunk() -> None:
     # lcm(256, 16) * cdiv(cdiv(2695168, 4096), 256) = 256 * cdiv(659, 256) = 768
     assert model.specs["model.layers.14.mixer.attn"].block_size == 768
     assert model.specs["model.layers.0.mixer"].block_size == 768
-    with pytest.raises(kvrules.ConfigError, match="mamba-block-size"):
-        build(NEMOTRON, mamba_cache_mode="all")  # the config names no chunk size
+    # the file names no chunk size: NemotronHConfig's class default chunk_size 128 applies, as in
+    # vLLM: lcm(128, 16) * cdiv(cdiv(5316608, 4096), 128) = 128 * 11 = 1408
+    model = build(NEMOTRON, mamba_cache_mode="all")
+    assert model.specs["model.layers.14.mixer.attn"].block_size == 1408
+    assert model.specs["model.layers.0.mixer"].block_size == 1408
 
 
 def test_draft_attention_follows_the_cache_block_size() -> None:

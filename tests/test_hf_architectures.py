@@ -473,14 +473,10 @@ def test_every_example_builds() -> None:
 def test_architectures_are_asked_in_priority_then_name_order() -> None:
     model = build_hf_model(LLAMA_3_1_8B, None, HFOptions(), strategies="vllm")
     arch = [(d.rule, d.outcome) for d in model.decisions if d.stage == "arch"]
-    assert arch == [
-        ("deepseek-mla", "declined"),
-        ("falcon-h1", "declined"),
-        ("gemma2", "declined"),
-        ("gemma3", "declined"),
-        ("gpt-oss", "declined"),
-        ("jamba", "declined"),
-        ("llama", "applied"),
-    ]
+    declined = [name for name, outcome in arch if outcome == "declined"]
+    assert declined == sorted(declined)  # the same priority (0): by name
+    assert arch[-1] == ("llama", "applied")
+    assert {"deepseek-mla", "gemma3", "glm4-moe", "jamba"} <= set(declined)
+    assert "generic" not in declined  # the lowest priority: never asked once a named one applies
     applied = model.decisions[len(arch) - 1]
     assert applied.layer is None and "Built 32 KV-cache layers (32 full_attention)" in applied.reason

@@ -48,5 +48,5 @@ def test_the_aligner_plugin_in_the_docs() -> None:
     assert {s.block_size for s in model.specs.values()} == {64}
     [decision] = [d for d in model.decisions if d.stage == "align" and d.layer is None]
     assert (decision.rule, decision.outcome) == ("round-to-64", "applied")
-    with pytest.raises(kvrules.PluginError, match="unknown rule"):
+    with pytest.raises(kvrules.PluginError, match="unknown strategy set 'round-to-64'"):
         build_hf_model(ex.config, None, ex.options, strategies=["round-to-64"])  # not installed by default

@@ -24,6 +24,9 @@ GOOD = {
     "linear_value_head_dim": 128,
 }
 
+#: a decoder only the generic architecture claims (read by the built-in reader: no config class)
+GENERIC = {"model_type": "my_decoder", "num_hidden_layers": 8, "num_attention_heads": 8, "hidden_size": 1024}
+
 
 def write(tmp_path: Path, data: Any, name: str = "config.json") -> Path:
     path = tmp_path / name
@@ -40,11 +43,11 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 CASES: list[tuple[str, Any, dict[str, Any], list[str]]] = [
     ("invalid JSON", '{"model_type": "llama",', {}, ["invalid JSON", "line 1"]),
     ("not an object", "[1, 2]", {}, ["must be an object"]),
-    (
+    (  # a model type no config class knows: no class default fills the gap
         "missing field",
-        {k: v for k, v in GOOD.items() if k != "linear_num_value_heads"},
+        {"model_type": "my_decoder", "num_hidden_layers": 8, "num_attention_heads": 8},
         {},
-        ["'linear_num_value_heads'", "missing"],
+        ["'hidden_size'", "missing", "head_dim"],
     ),
     ("negative heads", {**GOOD, "num_key_value_heads": -2}, {}, ["'num_key_value_heads'", "-2", ">= 1"]),
     ("not an integer", {**GOOD, "num_hidden_layers": "48"}, {}, ["'num_hidden_layers'", "integer"]),
@@ -68,13 +71,13 @@ CASES: list[tuple[str, Any, dict[str, Any], list[str]]] = [
     ),
     (
         "bad layer_types",
-        {**GOOD, "layer_types": ["full_attention"] * 7 + ["mystery"]},
+        {**GENERIC, "layer_types": ["full_attention"] * 7 + ["mystery"]},
         {},
         ["'layer_types'", "mystery"],
     ),
     (
         "short layer_types",
-        {**GOOD, "layer_types": ["full_attention"]},
+        {**GENERIC, "layer_types": ["full_attention"]},
         {},
         ["'layer_types'", "has 1 entries"],
     ),
@@ -179,3 +182,44 @@ def test_a_broken_architecture_plugin_is_named() -> None:
 
 def test_every_error_is_a_kvrules_error() -> None:
     assert issubclass(ModelFileError, KVRulesError) and issubclass(ConfigError, KVRulesError)
+
+
+# -- the config readers (kvrules/hf/config.py, kvrules/hf/transformers_config.py) ----------------
+def test_transformers_refusal_is_exit_2_naming_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers", exc_type=ImportError)
+    path = write(tmp_path, {**GOOD, "layer_types": ["full_attention"] * 7 + ["mystery"]})
+    code, err = cli(capsys, "--hf-config", str(path))
+    assert code == 2
+    assert err.startswith(f"kvrules: error: {path}: field 'layer_types' (entry 7 is 'mystery')")
+    assert "Traceback" not in err
+
+
+def test_huge_layer_count_is_refused_before_any_reader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvrules.hf import transformers_config
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("transformers was handed a 10**7-layer config")
+
+    monkeypatch.setattr(transformers_config, "read_with_transformers", never)
+    path = write(tmp_path, {"model_type": "gemma3_text", "num_hidden_layers": 10**7})
+    code, err = cli(capsys, "--hf-config", str(path))
+    assert code == 2 and "'num_hidden_layers' is 10000000; it must be <= 100,000" in err
+
+
+def test_class_default_head_dim_reaches_the_specs() -> None:
+    config = {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 6,
+        "hidden_size": 3840,
+        "num_attention_heads": 16,
+    }
+    model = build_hf_model(config)
+    assert {getattr(spec, "head_size", None) for spec in model.specs.values()} == {
+        256
+    }  # Gemma3TextConfig's, not 3840 / 16
+    assert model.target.config.origin("head_dim") == "class default"
+    assert "head_dim = 256 (Gemma3TextConfig default)" in model.target.config.reading_note()

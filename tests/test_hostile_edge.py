@@ -40,6 +40,7 @@ FALCON_H1 = {
     "head_dim": 128,
     "hidden_size": 1024,
     "mamba_expand": 2,
+    "mamba_d_ssm": None,  # derive it from mamba_expand (the class default 1024 would not match the heads)
     "mamba_n_groups": 1,
     "mamba_n_heads": 32,
     "mamba_d_head": 64,

@@ -189,10 +189,10 @@ def render_compare(results: Sequence[SetResult], title: str) -> str:
         rows.append(row)
     headers = ["metric"] + [r.label for r in results]
     out = [title, table(headers, rows)]
-    errors = [r for r in results if r.error is not None]
+    errors = [(r.label, r.error) for r in results if r.error is not None]
     if errors:
         out.append("")
-        out.extend(f"{r.label}: {type(r.error).__name__}: {error_text(r.error)}" for r in errors)
+        out.extend(f"{label}: {type(error).__name__}: {error_text(error)}" for label, error in errors)
     if len(results) > 1:
         out.append("")
         out.append(f"(xN) = the value over {results[0].label}'s, for the same model and memory.")

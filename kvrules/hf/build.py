@@ -6,6 +6,11 @@
    ``draft_kv_cache_dtype`` is set, the target's cache block size) or ``"mtp"`` (the target's
    ``num_nextn_predict_layers`` multi-token-prediction layers).
 3. ``align``: the active aligners choose block sizes (``hybrid-align`` is vLLM's rule).
+
+Every model is built from a tracked copy of its config: a cache field the architecture never read
+fails the build (:func:`kvrules.hf.select.check_no_silent_drop`). The applied ``arch`` decision
+carries ``details`` ``{"architecture", "generic", "assumptions"}``; the MTP one
+``{"mtp_layers", "source"}``.
 """
 
 from __future__ import annotations
@@ -22,14 +27,23 @@ from kvrules.hf.align import AlignContext, align_specs
 from kvrules.hf.architecture import Architecture
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.hf.config import MAX_HF_LAYERS, HFConfig
-from kvrules.hf.options import HFOptions
-from kvrules.hf.select import STAGE, record_built, select_architecture
+from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
+from kvrules.hf.select import (
+    MTP_KEYS,
+    STAGE,
+    check_no_silent_drop,
+    reads,
+    record_built,
+    select_architecture,
+    tracked,
+)
 from kvrules.hf.settings import BuildSettings, resolve_settings
 from kvrules.model import ModelFile
 from kvrules.pipeline import grouping_with
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySet, StrategySpec, resolve_strategies
+from kvrules.plugin.rules import Check
 from kvrules.specs import KVCacheSpec
 
 DRAFT_PREFIX = "draft."
@@ -136,12 +150,40 @@ class HFModelFile(ModelFile):
     hf: HFModel | None = field(default=None)
 
 
+def _engine_kv_dtype(config: HFConfig, arch: Architecture, ask: Asker, option: str) -> tuple[str, str]:
+    """The KV dtype the engine uses for ``option`` (an architecture's optional
+    ``engine_kv_cache_dtype(config, option) -> (dtype, why)``; ``(option, "")`` without one).
+
+    :raises PluginError: the answer is not a known ``--kv-cache-dtype`` and a reason.
+    """
+    if not callable(getattr(arch, "engine_kv_cache_dtype", None)):
+        return option, ""
+    answer = ask.call("architecture", arch, "engine_kv_cache_dtype", config, option)
+    ok = isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, str) for a in answer)
+    if not ok or answer[0] not in KV_CACHE_DTYPES:
+        raise ask.fault(
+            "architecture",
+            arch,
+            f"answered engine_kv_cache_dtype() with {answer!r}; it must be "
+            "(a --kv-cache-dtype value, a reason)",
+        )
+    return answer[0], answer[1]
+
+
 def _settings(
     config: HFConfig, arch: Architecture, options: HFOptions, ask: Asker, kv: str | None = None
 ) -> BuildSettings:
     mla = bool(ask.call("architecture", arch, "uses_mla", config))
     ssm = ask.call("architecture", arch, "mamba_ssm_dtype_default", config)
-    return resolve_settings(config, options, mla=mla, ssm_dtype_default=str(ssm), kv_cache_dtype=kv)
+    option = kv or options.kv_cache_dtype
+    engine_kv, why = _engine_kv_dtype(config, arch, ask, option)
+    settings = resolve_settings(
+        config, options, mla=mla, ssm_dtype_default=str(ssm), kv_cache_dtype=engine_kv
+    )
+    if engine_kv == option:
+        return settings
+    note = f"kv cache dtype {option} served as {engine_kv} ({why})"
+    return dataclasses.replace(settings, notes=(*settings.notes, note))
 
 
 def _prefixed(
@@ -178,9 +220,41 @@ class _Build:
     draft_kind: str | None = None
 
 
-def _build_target(cfg: HFConfig, options: HFOptions, ask: Asker) -> _Build:
+def _selected(cfg: HFConfig, ask: Asker, role: str) -> tuple[HFConfig, Architecture, Check]:
+    """A :func:`tracked` copy of ``cfg`` (no field read yet), the architecture that builds it, its answer."""
     cfg.check_layer_counts()
-    arch, check = select_architecture(cfg, ask, role="target")
+    cfg = tracked(cfg)
+    arch, check = select_architecture(cfg, ask, role=role)
+    reads(cfg).clear()  # what the architectures asked to decide is not what the chosen one built from
+    return cfg, arch, check
+
+
+def _assumptions(cfg: HFConfig, arch: Architecture, ask: Asker) -> list[str]:
+    """The architecture's ``assumptions(config)`` sentences (``[]`` when it has no such method).
+
+    :raises PluginError: the answer is not a list or tuple of strings.
+    """
+    if not callable(getattr(arch, "assumptions", None)):
+        return []
+    answer = ask.call("architecture", arch, "assumptions", cfg)
+    if not isinstance(answer, (list, tuple)) or not all(isinstance(a, str) for a in answer):
+        raise ask.fault(
+            "architecture", arch, f"answered assumptions() with {answer!r}; it must be a list of strings"
+        )
+    return list(answer)
+
+
+def _built_details(arch: Architecture, assumed: list[str]) -> dict[str, Any]:
+    """The applied ``arch`` decision's details: the architecture, whether generic, what it assumed."""
+    return {
+        "architecture": arch.name,
+        "generic": bool(getattr(arch, "generic", False)),
+        "assumptions": assumed,
+    }
+
+
+def _build_target(cfg: HFConfig, options: HFOptions, ask: Asker) -> _Build:
+    cfg, arch, check = _selected(cfg, ask, "target")
     settings = _settings(cfg, arch, options, ask)
     specs = ask.build(arch, cfg, settings)
     engine: dict[str, Any] = {}
@@ -188,16 +262,43 @@ def _build_target(cfg: HFConfig, options: HFOptions, ask: Asker) -> _Build:
         engine["max_model_len"] = settings.max_model_len
     arch_engine, engine_note = ask.call("architecture", arch, "engine_settings", cfg, settings)
     engine.update(arch_engine)
+    assumed = _assumptions(cfg, arch, ask)
     notes = [*settings.notes, f"tensor_parallel_size {settings.tp}"]
     if engine_note:
         notes.append(f"{engine_note}: {arch_engine}")
-    record_built(cfg, arch, check, specs, ask, role="target", notes="; ".join(notes))
+    if assumed:
+        notes.append("assumed: " + "; ".join(assumed))
+    record_built(
+        cfg,
+        arch,
+        check,
+        specs,
+        ask,
+        role="target",
+        notes="; ".join(notes),
+        details=_built_details(arch, assumed),
+    )
     return _Build(options, ask, cfg, arch, settings, specs, engine)
+
+
+def _mtp_count(cfg: HFConfig, arch: Architecture, ask: Asker) -> tuple[int, str, str]:
+    """The architecture's MTP layer count, the field it came from (the first :data:`MTP_KEYS`
+    field it read that has a value; ``"default"`` when none), and a phrase saying so."""
+    before = set(reads(cfg))
+    reads(cfg).clear()
+    count = int(ask.call("architecture", arch, "mtp_layer_count", cfg))
+    asked = [k for k in MTP_KEYS if k in reads(cfg)]
+    key = next((k for k in asked if cfg.has(k)), None)
+    phrase = (
+        cfg.describe_value(key) if key else f"no {' / '.join(asked or MTP_KEYS)}: the {arch.name} default"
+    )
+    reads(cfg).update(before | set(asked))
+    return count, cfg.where(key) if key else "default", phrase
 
 
 def _add_mtp_draft(build: _Build) -> None:
     cfg, arch, ask, options = build.config, build.arch, build.ask, build.options
-    count = int(ask.call("architecture", arch, "mtp_layer_count", cfg))
+    count, source, phrase = _mtp_count(cfg, arch, ask)
     if count > MAX_HF_LAYERS:  # the config's own counts are bounded: the architecture made this up
         raise ask.fault(
             "architecture",
@@ -206,9 +307,11 @@ def _add_mtp_draft(build: _Build) -> None:
             f"{MAX_HF_LAYERS:,} (kvrules.hf.config.MAX_HF_LAYERS)",
         )
     if count <= 0:
+        check_no_silent_drop(cfg, arch, role="target", mtp=True)  # a count under a key it did not read
         raise ModelFileError(
             f"{cfg.source}: draft 'mtp' needs multi-token-prediction layers, but the config has no "
-            f"{cfg.where('num_nextn_predict_layers')!r} > 0; give the draft model's config instead"
+            f"{cfg.where('num_nextn_predict_layers')!r} > 0 ({phrase}: {count}); give the draft model's "
+            "config instead"
         )
     d_settings = build.settings
     if options.draft_kv_cache_dtype is not None:
@@ -220,7 +323,8 @@ def _add_mtp_draft(build: _Build) -> None:
         arch.name,
         "applied",
         f"draft: {count} multi-token-prediction layer(s) of {cfg.title} "
-        f"({cfg.where('num_nextn_predict_layers')}), kv cache {d_settings.kv.describe()}.",
+        f"({phrase}), kv cache {d_settings.kv.describe()}.",
+        details={"mtp_layers": count, "source": source},
     )
     k = options.num_speculative_tokens
     if min(count, k) > 1:
@@ -238,9 +342,7 @@ def _add_mtp_draft(build: _Build) -> None:
 
 def _add_model_draft(build: _Build, draft: ConfigInput) -> None:
     ask, settings = build.ask, build.settings
-    dcfg = as_config(draft, "draft")
-    dcfg.check_layer_counts()
-    darch, dcheck = select_architecture(dcfg, ask, role="draft")
+    dcfg, darch, dcheck = _selected(as_config(draft, "draft"), ask, "draft")
     dmla = bool(ask.call("architecture", darch, "uses_mla", dcfg))
     d_settings = _settings(
         dcfg, darch, _draft_options(build.options, dmla), ask, kv=build.options.draft_kv_cache_dtype
@@ -253,6 +355,8 @@ def _add_model_draft(build: _Build, draft: ConfigInput) -> None:
         max_model_len=settings.max_model_len,
     )
     build.draft_specs = _prefixed(ask.build(darch, dcfg, d_settings), build.specs, dcfg.source)
+    assumed = _assumptions(dcfg, darch, ask)
+    check_no_silent_drop(dcfg, darch, role="draft")
     record_built(
         dcfg,
         darch,
@@ -261,7 +365,9 @@ def _add_model_draft(build: _Build, draft: ConfigInput) -> None:
         ask,
         role="draft",
         notes=f"layers prefixed {DRAFT_PREFIX!r}; kv cache {d_settings.kv.describe()}; "
-        f"the target's cache block size {settings.block_size}",
+        f"the target's cache block size {settings.block_size}"
+        + ("; assumed: " + "; ".join(assumed) if assumed else ""),
+        details=_built_details(darch, assumed),
     )
     build.draft = BuiltModel(dcfg, darch.name, d_settings, tuple(build.draft_specs))
     build.draft_kind = "model"
@@ -304,10 +410,12 @@ def build_hf_model(
     registries = (plugin_manager or default_manager()).registries
     strategy_set = resolve_strategies(strategies, registries.rules)
     build = _build_target(as_config(config, "target"), options, Asker(registries, DecisionLog()))
-    if isinstance(draft, str) and draft == MTP:
+    mtp = isinstance(draft, str) and draft == MTP
+    if mtp:
         _add_mtp_draft(build)
     elif draft is not None:
         _add_model_draft(build, draft)
+    check_no_silent_drop(build.config, build.arch, role="target", mtp=mtp)
     aligned = _align(build, strategy_set)
     return HFModel(
         specs=aligned,

@@ -8,6 +8,7 @@ otherwise (``tp % heads == 0``); each rank holds ``max(1, heads // tp)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvrules.hf.config import HFConfig
@@ -19,6 +20,7 @@ from kvrules.specs import (
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
+from kvrules.values import shown
 
 
 def layer_prefix(config: HFConfig) -> str:
@@ -130,3 +132,178 @@ def mamba(
         mamba_cache_mode=settings.mamba_cache_mode,
         num_speculative_blocks=settings.num_speculative_tokens,
     )
+
+
+# -- layer kinds from standard fields (the generic architecture) --------------------------------
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"
+
+#: ``layer_types`` entries that are KV-cache attention (what :func:`attention_kinds` builds)
+ATTENTION_KINDS = (FULL, SLIDING, CHUNKED)
+
+#: ``layer_types`` entries that keep a recurrent state instead of a KV cache: a named
+#: architecture must say which state (``kvrules_plugins.ssm_architectures``)
+STATE_KINDS = ("linear_attention", "mamba", "mamba2", "conv", "short_conv", "hybrid", "recurrent")
+
+
+@dataclass(frozen=True)
+class LayerKinds:
+    """Each layer's attention kind, and the sentences saying how they were read.
+
+    :ivar kinds: one of :data:`ATTENTION_KINDS` per layer.
+    :ivar window: the sliding window in tokens (``None`` when no layer slides).
+    :ivar chunk: the attention chunk in tokens (``None`` when no layer is chunked).
+    :ivar assumptions: what was read or assumed, one sentence each (for the ``arch`` decision).
+    """
+
+    kinds: tuple[str, ...]
+    window: int | None
+    chunk: int | None
+    assumptions: tuple[str, ...]
+
+
+def _window(config: HFConfig, why: str) -> int:
+    return config.integer("sliding_window", why=why)
+
+
+def _chunk(config: HFConfig, why: str) -> int:
+    return config.integer("attention_chunk_size", why=why)
+
+
+def _from_layer_types(config: HFConfig, n: int) -> LayerKinds | None:
+    """``layer_types``: one entry per layer, each an attention kind (a state kind is refused)."""
+    values = config.sequence("layer_types", n)
+    if values is None:
+        return None
+    for index, value in enumerate(values):
+        if value in STATE_KINDS:
+            raise config.error(
+                "layer_types",
+                f"entry {index} is {value!r}, a recurrent state and not a KV cache; the generic "
+                "architecture builds only attention layers: a named architecture must build this model "
+                "(see docs/hf.md, 'Built-in architectures')",
+            )
+        if value not in ATTENTION_KINDS:
+            raise config.error(
+                "layer_types",
+                f"entry {index} is {shown(value)}; the generic architecture knows "
+                f"{', '.join(ATTENTION_KINDS)}",
+            )
+    if SLIDING in values and config.get("use_sliding_window") is False:
+        raise config.error(
+            "use_sliding_window",
+            "is false but layer_types names sliding layers; which one holds is ambiguous: make them agree",
+        )
+    window = _window(config, "layer_types names sliding layers") if SLIDING in values else None
+    chunk = _chunk(config, "layer_types names chunked layers") if CHUNKED in values else None
+    notes = [f"layer kinds from {_origin(config, 'layer_types')}"]
+    for key, used in (("sliding_window", window), ("attention_chunk_size", chunk)):
+        value = config.get(key)  # layer_types decides: a size no layer uses is read, and said so
+        if used is None and value is not None:
+            notes.append(f"{config.where(key)} {shown(value)} unused: no layer_types entry needs it")
+    return LayerKinds(tuple(values), window, chunk, tuple(notes))
+
+
+def _from_pattern(config: HFConfig, n: int) -> LayerKinds | None:
+    """``sliding_window_pattern`` P: layer ``i`` is global iff ``(i + 1) % P == 0`` (Gemma 3, Cohere 2)."""
+    if not config.has("sliding_window_pattern"):
+        return None
+    pattern = config.integer("sliding_window_pattern")
+    window = _window(config, "sliding_window_pattern interleaves sliding layers")
+    kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n))
+    note = (
+        f"{config.where('sliding_window_pattern')} {pattern}: layer i is global iff (i + 1) % {pattern} == 0, "
+        f"the others slide over {window} tokens"
+    )
+    return LayerKinds(kinds, window, None, (note,))
+
+
+def _from_use_sliding_window(config: HFConfig, n: int) -> LayerKinds | None:
+    """Qwen2's ``use_sliding_window``: layers from ``max_window_layers`` on slide (all full when false)."""
+    if config.get("use_sliding_window") is None:
+        return None
+    if not config.flag("use_sliding_window", False):
+        window = config.get("sliding_window")
+        note = f"{config.where('use_sliding_window')} is false: every layer is full attention"
+        return LayerKinds(
+            (FULL,) * n,
+            None,
+            None,
+            (note + (f" (sliding_window {shown(window)} unused)" if window is not None else ""),),
+        )
+    window = _window(config, "use_sliding_window is true")
+    start = config.integer("max_window_layers", 0, minimum=0)
+    kinds = tuple(SLIDING if i >= start else FULL for i in range(n))
+    note = f"use_sliding_window: layers {start} and up slide over {window} tokens (max_window_layers {start})"
+    return LayerKinds(kinds, window, None, (note,))
+
+
+def _from_model_wide_window(config: HFConfig, n: int) -> LayerKinds | None:
+    """A ``sliding_window`` with nothing saying which layers: every layer slides (as vLLM does)."""
+    if not config.has("sliding_window"):
+        return None
+    window = _window(config, "")
+    note = (
+        f"{config.where('sliding_window')} {window} with no layer_types: every layer slides "
+        "(vLLM applies a model-wide sliding_window to every layer)"
+    )
+    return LayerKinds((SLIDING,) * n, window, None, (note,))
+
+
+def attention_kinds(config: HFConfig, n: int) -> LayerKinds:
+    """Each of ``n`` layers' attention kind from standard fields, in this order: ``layer_types``,
+    ``sliding_window_pattern``, ``use_sliding_window`` (+ ``max_window_layers``), a model-wide
+    ``sliding_window``; else every layer is full attention.
+
+    :raises ModelFileError: an ambiguous or missing field, named (``attention_chunk_size``
+        without ``layer_types`` saying which layers are chunked; a state kind in ``layer_types``).
+    """
+    for read in (_from_layer_types, _from_pattern, _from_use_sliding_window, _from_model_wide_window):
+        kinds = read(config, n)
+        if kinds is not None:
+            break
+    else:
+        kinds = LayerKinds((FULL,) * n, None, None, ("no window field: every layer is full attention",))
+    if kinds.chunk is None and config.has("attention_chunk_size"):
+        raise config.error(
+            "attention_chunk_size",
+            f"= {shown(config.get('attention_chunk_size'))} but no layer_types says which layers are "
+            "chunked; the generic architecture does not guess: add layer_types (chunked_attention / "
+            "full_attention per layer) or use a named architecture",
+        )
+    return kinds
+
+
+def _origin(config: HFConfig, key: str) -> str:
+    """``head_dim``, or ``head_dim (MistralConfig class default)`` when the file does not give it."""
+    where = config.where(key)
+    if config.raw(key) is not None:
+        return where
+    cls = config.reading.class_name or "the config class"
+    return f"{where} ({cls} default)"
+
+
+def head_size_note(config: HFConfig, head: int) -> str:
+    """How the head size was found: ``head_dim 128`` or ``hidden_size / num_attention_heads = 96``."""
+    if config.has("head_dim"):
+        return f"head size {head} from {_origin(config, 'head_dim')}"
+    return f"head size {head} = hidden_size / num_attention_heads (the config has no head_dim)"
+
+
+def mla_latent(config: HFConfig) -> int | None:
+    """The MLA latent per token, ``kv_lora_rank + qk_rope_head_dim`` (``None`` without ``kv_lora_rank``).
+
+    :raises ModelFileError: ``kv_lora_rank`` without ``qk_rope_head_dim``.
+    """
+    if not config.has("kv_lora_rank"):
+        return None
+    rank = config.integer("kv_lora_rank", why="the MLA latent size")
+    return rank + config.integer("qk_rope_head_dim", why="the MLA RoPE part, needed with kv_lora_rank")
+
+
+def indexer_keys(settings: BuildSettings, head: int) -> MLAAttentionSpec:
+    """A sparse-attention indexer's key cache (DeepSeek-V3.2): ``head`` bytes per token in uint8,
+    whatever the KV-cache dtype (fp8 keys and their scales), one per layer, the cache block size."""
+    return MLAAttentionSpec(block_size=settings.block_size, num_kv_heads=1, head_size=head, dtype="uint8")

@@ -4,11 +4,18 @@ Architectures are asked through :class:`kvrules.plugin.ask.Asker` in ``(-priorit
 order; the first whose ``recognises`` applies builds the specs. Every answer is recorded as a
 decision; the built specs are checked before they are trusted (a faulty plugin is reported by
 name as a :class:`~kvrules.PluginError`).
+
+No silent drop: the chosen architecture builds from a :func:`tracked` copy of the config, and
+:func:`check_no_silent_drop` fails the build when the file sets a field of :data:`CACHE_KEYS`
+(or, for ``--draft mtp``, :data:`MTP_KEYS`) that the architecture never asked for.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 from kvrules.errors import ModelFileError
 from kvrules.hf.architecture import Architecture
@@ -68,12 +75,184 @@ def record_built(
     *,
     role: str,
     notes: str = "",
+    details: dict[str, Any] | None = None,
 ) -> None:
-    """Record the applied ``arch`` decision once the architecture has built ``specs``."""
+    """Record the applied ``arch`` decision once the architecture has built ``specs``; its reason
+    ends with how the config was read (:meth:`HFConfig.reading_note`: the reader, and every value
+    the architecture used that did not come from the file)."""
+    said = "; ".join(part for part in (notes, config.reading_note()) if part)
     ask.record(
         STAGE,
         arch.name,
         "applied",
         f"{role} {config.title}: {check.reason} Built {len(specs)} KV-cache layers "
-        f"({layer_summary(specs)}){'; ' + notes if notes else ''}.",
+        f"({layer_summary(specs)}){'; ' + said if said else ''}.",
+        details=details,
+    )
+
+
+# -- no silent drop -------------------------------------------------------------------------------
+
+#: config fields that change the KV cache (a window, a chunk, a latent width, a state shape,
+#: which layers keep which cache); a field present in the file (not null, false, 0 or empty) that
+#: the architecture never read makes the build fail naming it (:func:`check_no_silent_drop`)
+CACHE_KEYS: dict[str, str] = {
+    "sliding_window": "a sliding-window size",
+    "sliding_window_pattern": "which layers slide",
+    "layer_types": "each layer's attention kind",
+    "attention_chunk_size": "a chunked-attention size",
+    "attn_type_list": "each layer's attention kind",
+    "kv_lora_rank": "an MLA latent width",
+    "qk_rope_head_dim": "the RoPE part of an MLA latent",
+    "index_head_dim": "a sparse-attention indexer's key width",
+    "index_n_heads": "a sparse-attention indexer",
+    "index_topk": "a sparse-attention indexer",
+    "use_cla": "cross-layer KV sharing",
+    "num_kv_shared_layers": "cross-layer KV sharing",
+    "hybrid_override_pattern": "which layers are Mamba",
+    "layers_block_type": "which layers are Mamba",
+    "attn_layer_period": "which layers are attention",
+    "attn_layer_offset": "which layers are attention",
+    "full_attention_interval": "which layers are full attention",
+    "ssm_state_size": "a state shape",
+    "state_size": "a state shape",
+    "mamba_d_state": "a state shape",
+    "mamba_d_conv": "a state shape",
+    "conv_kernel": "a state shape",
+    "conv_L_cache": "a state shape",
+    "linear_conv_kernel_dim": "a state shape",
+    "mamba_expand": "a state shape",
+    "expand": "a state shape",
+    "mamba_d_ssm": "a state shape",
+    "mamba_n_heads": "a state shape",
+    "mamba_num_heads": "a state shape",
+    "mamba_head_dim": "a state shape",
+    "mamba_d_head": "a state shape",
+    "n_groups": "a state shape",
+    "mamba_n_groups": "a state shape",
+    "linear_num_key_heads": "a state shape",
+    "linear_num_value_heads": "a state shape",
+    "linear_key_head_dim": "a state shape",
+    "linear_value_head_dim": "a state shape",
+}
+
+#: fields that count multi-token-prediction layers: cache-changing only with ``draft="mtp"``
+MTP_KEYS: dict[str, str] = {
+    "num_nextn_predict_layers": "an MTP layer count",
+    "mtp_num_hidden_layers": "an MTP layer count",
+    "num_mtp_modules": "an MTP layer count",
+}
+
+#: the accessors of :class:`HFConfig` whose first argument names the field (or fields) read
+_ACCESSORS = ("get", "has", "integer", "opt_int", "first_int", "number", "string", "sequence", "flag")
+
+
+def _recording(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    def accessor(self: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
+        self.reads.update([key] if isinstance(key, str) else key)
+        return method(self, key, *args, **kwargs)
+
+    accessor.__name__ = name
+    return accessor
+
+
+_TRACKED: dict[type[HFConfig], type[HFConfig]] = {}
+
+
+def _tracked_class(cls: type[HFConfig]) -> type[HFConfig]:
+    """``cls`` with every accessor recording the field it is asked for (made once per class)."""
+    if cls in _TRACKED:
+        return _TRACKED[cls]
+    methods: dict[str, Any] = {
+        n: _recording(n, getattr(cls, n)) for n in _ACCESSORS if callable(getattr(cls, n, None))
+    }
+    methods["untracked_class"] = cls
+    made: type[HFConfig] = type(f"Tracked{cls.__name__}", (cls,), methods)
+    _TRACKED[cls] = made
+    return made
+
+
+def tracked(config: HFConfig) -> HFConfig:
+    """A shallow copy of ``config`` that records in ``reads`` (a set, empty at first) every field
+    an architecture asks it for. ``config`` itself is not changed; the copy reads the same data
+    (and shares :attr:`HFConfig.used`, the reader's own record)."""
+    base: type[HFConfig] = getattr(type(config), "untracked_class", type(config))
+    copy_ = copy.copy(config)
+    copy_.__class__ = _tracked_class(base)
+    copy_.reads = set()  # type: ignore[attr-defined]
+    return copy_
+
+
+def reads(config: HFConfig) -> set[str]:
+    """The fields a :func:`tracked` config has been asked for (empty for an untracked one)."""
+    value = getattr(config, "reads", None)
+    return value if isinstance(value, set) else set()
+
+
+def _active(value: Any) -> bool:
+    """A field that is set: not null, false, zero or empty."""
+    return value is not None and value is not False and value != 0 and value != [] and value != ""
+
+
+#: per-layer fields a config class derives from others: an architecture that read one of them
+#: (with a value) used the fields it is derived from (transformers' ``layer_types`` from
+#: ``sliding_window_pattern``, ``use_sliding_window`` + ``max_window_layers``, ...)
+DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "layer_types": (
+        "sliding_window_pattern",
+        "use_sliding_window",
+        "max_window_layers",
+        "full_attention_interval",
+        "attn_layer_period",
+        "attn_layer_offset",
+        "hybrid_override_pattern",
+        "layers_block_type",
+        "attn_type_list",
+    ),
+    "layers_block_type": ("hybrid_override_pattern", "attn_layer_period", "attn_layer_offset"),
+}
+
+
+def used_keys(config: HFConfig) -> set[str]:
+    """The fields a :func:`tracked` config was asked for, with those a per-layer field it was
+    asked for is derived from (:data:`DERIVED_FROM`)."""
+    seen = set(reads(config))
+    derived = [k for k in DERIVED_FROM if k in seen]
+    values = {k: config.get(k) for k in derived}
+    reads(config).intersection_update(seen)  # looking is not a read
+    for key in derived:
+        if values[key] is not None:
+            seen.update(DERIVED_FROM[key])
+    return seen
+
+
+def unread_cache_keys(config: HFConfig, *, mtp: bool) -> list[tuple[str, str]]:
+    """``(field, what it changes)`` for every :data:`CACHE_KEYS` field (and :data:`MTP_KEYS` with
+    ``mtp``) that the file sets (not null, false, 0 or empty; a class default does not count)
+    and a :func:`tracked` config was never asked for (:func:`used_keys`), unless the config class
+    cleared it (transformers' Qwen2 drops ``sliding_window`` without ``use_sliding_window``:
+    the engine does not see it either)."""
+    table = {**CACHE_KEYS, **MTP_KEYS} if mtp else CACHE_KEYS
+    seen = used_keys(config)
+    unread = [k for k in table if k not in seen and _active(config.raw(k))]
+    resolved = {k: config.get(k) for k in unread}  # a value the config class cleared is no field
+    reads(config).intersection_update(seen)
+    return [(k, table[k]) for k in unread if _active(resolved[k])]
+
+
+def check_no_silent_drop(config: HFConfig, arch: Architecture, *, role: str, mtp: bool = False) -> None:
+    """Fail when ``config`` sets a field that changes the cache and ``arch`` never read it.
+
+    :raises ModelFileError: naming the file, the field(s), and what each changes.
+    """
+    unread = unread_cache_keys(config, mtp=mtp)
+    if not unread:
+        return
+    spelled = {config.where(k): what for k, what in reversed(unread)}  # one entry per field in the file
+    fields = ", ".join(f"{where!r} ({what})" for where, what in reversed(spelled.items()))
+    raise ModelFileError(
+        f"{config.source}: {role} field(s) {fields} change the KV cache, but architecture "
+        f"{arch.name!r} does not use them; kvrules plans no cache with a field silently dropped. "
+        "Remove the field if the engine ignores it too, or use (or write) an architecture that "
+        "reads it (docs/hf.md, 'No silent drop')"
     )
