@@ -43,6 +43,7 @@ type's fault (the asker reports it so).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from kvrules.config import EngineConfig, check_settings
@@ -227,7 +228,7 @@ def _layers_problem(
     names = group.layer_names
     before = len(seen)
     try:
-        known = all(type(n) is str for n in names) and specs.keys() >= set(names)
+        known = set(map(type, names)) <= {str} and specs.keys() >= set(names)
     except TypeError:  # an unhashable "name"
         known = False
     if not known:
@@ -239,9 +240,13 @@ def _layers_problem(
     if group.spec.has_members:
         return None
     page = group.spec.page_size_bytes
-    distinct = {id(spec): spec for spec in map(specs.__getitem__, names)}
-    if all(spec.page_size_bytes == page for spec in distinct.values()):
-        return None
+    if len(set(map(id, map(specs.__getitem__, names)))) <= 1:  # one spec object: the usual group
+        if not names or specs[names[0]].page_size_bytes == page:
+            return None
+    else:
+        distinct = {id(spec): spec for spec in map(specs.__getitem__, names)}
+        if all(spec.page_size_bytes == page for spec in distinct.values()):
+            return None
     odd = next(n for n in names if specs[n].page_size_bytes != page)
     return (
         f"pooled layer {odd!r} (page {specs[odd].page_size_bytes} bytes) in group {index}, whose "
@@ -278,22 +283,22 @@ def _pages(groups: Sequence[KVCacheGroup]) -> dict[str, int]:
     return pages
 
 
-def _tensor_problem(
-    index: int, tensor: object, pages: Mapping[str, int], num_blocks: int, placed: set[str]
-) -> str | None:
+def _tensor_problem(index: int, tensor: object) -> str | None:
+    """Tensor ``index`` is a :class:`KVCacheTensor` with non-negative int size, offset and stride."""
     if not isinstance(tensor, KVCacheTensor):
         return f"returned {tensor!r} as tensor {index}, not a KVCacheTensor"
-    for label, value in (
-        ("size", tensor.size),
-        ("offset", tensor.offset),
-        ("block_stride", tensor.block_stride),
-    ):
+    size, offset, stride = tensor.size, tensor.offset, tensor.block_stride
+    if type(size) is int and type(offset) is int and type(stride) is int and min(size, offset, stride) >= 0:
+        return None  # the common case, without a call per field
+    for label, value in (("size", size), ("offset", offset), ("block_stride", stride)):
         problem = int_problem(value, f"tensor {index}'s {label}", 0)
         if problem:
             return problem
-    problem = _placement_problem(index, tensor.shared_by, pages, placed)
-    if problem:
-        return problem
+    return None
+
+
+def _size_problem(index: int, tensor: KVCacheTensor, pages: Mapping[str, int], num_blocks: int) -> str | None:
+    """Tensor ``index`` holds ``num_blocks`` blocks of its layers' pages (or of its block stride)."""
     per_block = (
         tensor.block_stride
         if tensor.block_stride > 0
@@ -307,11 +312,29 @@ def _tensor_problem(
     return None
 
 
+def _placements_problem(tensors: Sequence[KVCacheTensor], pages: Mapping[str, int]) -> str | None:
+    """Every layer of the worker (``pages``) in exactly one tensor, and no other layer in any: one
+    set comparison over all the tensors' layers; tensor by tensor only once a problem is known."""
+    names = list(chain.from_iterable(t.shared_by for t in tensors))
+    try:
+        unique = set(names)
+    except TypeError:  # an unhashable "name"
+        unique = None
+    if unique is not None and len(unique) == len(names) and unique == pages.keys():
+        return None
+    placed: set[str] = set()
+    for index, tensor in enumerate(tensors):
+        problem = _placement_problem(index, tensor.shared_by, pages, placed)
+        if problem:
+            return problem
+    missing = sorted(set(pages) - placed)
+    return f"left {len(missing)} layer(s) in no tensor, e.g. {', '.join(missing[:3])}"
+
+
 def _placement_problem(
     index: int, names: Sequence[str], pages: Mapping[str, int], placed: set[str]
 ) -> str | None:
-    """Tensor ``index``'s layers are on this worker and in no other tensor (``placed`` gains them);
-    set operations, the layer at fault looked for only once a problem is known."""
+    """Tensor ``index``'s layers are on this worker and in no earlier tensor (``placed`` gains them)."""
     try:
         known = pages.keys() >= set(names)
     except TypeError:  # an unhashable "name"
@@ -342,11 +365,17 @@ def tensors_problem(
     """A layout's tensors for ``num_blocks`` blocks of one worker holding ``groups`` with ``memory`` bytes."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
+    for index, tensor in enumerate(tensors):
+        problem = _tensor_problem(index, tensor)
+        if problem:
+            return problem
     pages = _pages(groups)
-    placed: set[str] = set()
+    problem = _placements_problem(tensors, pages)
+    if problem:
+        return problem
     packed = total = 0
     for index, tensor in enumerate(tensors):
-        problem = _tensor_problem(index, tensor, pages, num_blocks, placed)
+        problem = _size_problem(index, tensor, pages, num_blocks)
         if problem:
             return problem
         if tensor.block_stride > 0:
@@ -354,9 +383,6 @@ def tensors_problem(
         else:
             total += tensor.size
     total += packed
-    missing = sorted(set(pages) - placed)
-    if missing:
-        return f"left {len(missing)} layer(s) in no tensor, e.g. {', '.join(missing[:3])}"
     if total > memory:
         return f"laid out {total} bytes of tensors on a worker with {memory} bytes"
     return None
