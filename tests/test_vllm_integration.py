@@ -162,11 +162,7 @@ def test_attention_round_trip_property(
 
 @pytest.mark.parametrize(
     ("spec", "field"),
-    [
-        (full(state_content_bytes=1234), "state_content_bytes"),
-        (full(num_head_slots=3), "num_head_slots"),
-        (full(non_causal=True), "non_causal"),
-    ],
+    [(full(non_causal=True), "non_causal")],
 )
 def test_unmodelled_non_default_field_is_an_error_naming_layer_and_field(spec: Any, field: str) -> None:
     with pytest.raises(SpecError, match=rf"layer 'model.layers.3'.*FullAttentionSpec\.{field}="):
@@ -439,13 +435,14 @@ def test_install_is_idempotent_reversible_and_logs_once(
     with structlog.testing.capture_logs() as logs:
         kv_vllm.install()
         kv_vllm.install("vllm")
+    logs = [e for e in logs if e["event"].startswith("kvrules.vllm.")]
     assert [e["event"] for e in logs] == ["kvrules.vllm.installed"]
-    assert logs[0]["strategy_set"] == "vllm"
+    assert logs[0]["strategy_set"] == "vllm-0.28"
     assert logs[0]["replaced"] == sorted(
         [f"vllm.v1.core.kv_cache_utils.{n}" for n in kv_vllm.DROP_IN_NAMES]
         + ["vllm.v1.engine.core.get_kv_cache_configs"]
     )
-    assert kv_vllm.installed_strategies() == "vllm"
+    assert kv_vllm.installed_strategies() == "vllm-0.28"
     for name in kv_vllm.DROP_IN_NAMES:
         assert getattr(utils, name) is getattr(kv_vllm, name)
     assert engine.get_kv_cache_configs is kv_vllm.get_kv_cache_configs
@@ -534,6 +531,8 @@ def test_parse_strategies() -> None:
     assert kv_vllm.parse_strategies("vllm") == "vllm"
     assert kv_vllm.parse_strategies(" vllm , min-padding ") == ["vllm", "min-padding"]
     assert kv_vllm.parse_strategies("") == "vllm"
+    assert kv_vllm.parse_strategies("auto") == "vllm-0.28"
+    assert kv_vllm.parse_strategies("auto,min-padding") == ["vllm-0.28", "min-padding"]
 
 
 def test_importing_kvrules_never_imports_vllm() -> None:

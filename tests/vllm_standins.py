@@ -5,6 +5,7 @@ tested without vLLM. ``build_027`` makes an older-looking variant lacking two fi
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from math import prod
@@ -286,3 +287,167 @@ class MTPConfig:
 
     def use_eagle(self) -> bool:
         return True
+
+
+# -- vLLM 0.33 ---------------------------------------------------------------------------------
+class _MultipleOf(int):
+    """Stand-in for vLLM 0.33's ``MultipleOf`` alignment marker (only its identity matters)."""
+
+
+def namespace_033() -> SimpleNamespace:
+    """vLLM 0.33's spec, tensor, group and config classes (shared/reference/vllm-0.33-seam.md c):
+    ``tokens_per_state`` instead of ``compress_ratio``, no ``indexes_kv_by_block_stride``,
+    ``is_draft`` (``compare=False``), ``block_stride_alignment``, ``CircularBufferSpec``, Mamba
+    prefill checkpoints, and the strided ``KVCacheTensor`` over one backing."""
+
+    @dataclass(frozen=True)
+    class KVCacheSpec:
+        block_size: int
+        _: dataclasses.KW_ONLY
+        dcp_sharded: bool = False
+        block_stride_alignment: Any = None
+        is_draft: bool = field(default=False, compare=False)
+
+    @dataclass(frozen=True, kw_only=True)
+    class AttentionSpec(KVCacheSpec):
+        dcp_sharded: bool = True
+        max_tp_shards: int | None = None
+        num_kv_heads: int
+        head_size: int
+        dtype: torch.dtype
+        head_size_v: int = None  # type: ignore[assignment]
+        kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+        page_size_padded: int | None = None
+        num_head_slots: int | None = None
+        state_content_bytes: int | None = None
+        tokens_per_state: Any = 1
+
+        def __post_init__(self) -> None:
+            if self.head_size_v is None:
+                object.__setattr__(self, "head_size_v", self.head_size)
+
+        @property
+        def num_states(self) -> int:
+            return self.block_size // self.tokens_per_state if self.tokens_per_state > 0 else 1
+
+        @property
+        def page_size_bytes(self) -> int:
+            heads = self.num_head_slots or self.num_kv_heads
+            cell = self.state_content_bytes or (self.head_size + self.head_size_v) * _itemsize(self.dtype)
+            unpadded = heads * self.num_states * cell
+            if self.page_size_padded is not None:
+                assert self.page_size_padded >= unpadded
+                return self.page_size_padded
+            return unpadded
+
+    @dataclass(frozen=True, kw_only=True)
+    class FullAttentionSpec(AttentionSpec):
+        sliding_window: int | None = None
+        attention_chunk_size: int | None = None
+        non_causal: bool = False
+
+    @dataclass(frozen=True, kw_only=True)
+    class MLAAttentionSpec(FullAttentionSpec):
+        head_size_v: int = 0
+        cache_dtype_str: str | None = None
+        topk_buffer_width: int | None = None
+        alignment: int | None = None
+        model_version: str | None = None
+        is_index_group_leader: bool = False
+        non_causal_multi_token_decode: bool = False
+
+        def __post_init__(self) -> None:
+            if self.alignment and self.page_size_padded is None:
+                heads = self.num_head_slots or self.num_kv_heads
+                cell = self.state_content_bytes or (self.head_size + self.head_size_v) * _itemsize(self.dtype)
+                unpadded = heads * self.num_states * cell
+                padded = -(-unpadded // self.alignment) * self.alignment
+                if padded != unpadded:
+                    object.__setattr__(self, "page_size_padded", padded)
+
+    @dataclass(frozen=True, kw_only=True)
+    class SlidingWindowSpec(AttentionSpec):
+        sliding_window: int
+        extra_retained_tokens: int = 0
+
+    @dataclass(frozen=True, kw_only=True)
+    class CircularBufferSpec(AttentionSpec):
+        pass
+
+    @dataclass(frozen=True)
+    class MambaSpec(KVCacheSpec):
+        shapes: tuple[tuple[int, ...], ...] = ()
+        dtypes: tuple[torch.dtype, ...] = ()
+        page_size_padded: int | None = None
+        mamba_type: MambaAttentionBackendEnum = MambaAttentionBackendEnum.MAMBA2
+        mamba_cache_mode: str = "none"
+        num_speculative_blocks: int = 0
+        num_prefill_checkpoint_blocks: int = 0
+        prefill_checkpoint_alignment: int | None = None
+        num_heads: int = 1
+        tokens_per_state: int = -1
+        tp_replicated: bool = False
+
+        @property
+        def page_size_bytes(self) -> int:
+            if self.page_size_padded is not None:
+                return self.page_size_padded
+            return sum(prod(s) * _itemsize(d) for s, d in zip(self.shapes, self.dtypes, strict=True))
+
+    @dataclass(frozen=True)
+    class UniformTypeKVCacheSpecs(KVCacheSpec):
+        kv_cache_specs: dict[str, Any] = field(default_factory=dict)
+
+        @property
+        def page_size_bytes(self) -> int:
+            return sum(s.page_size_bytes for s in self.kv_cache_specs.values())
+
+    @dataclass
+    class KVCacheTensor:
+        size: int
+        layers: list[str]
+        layer_stride: int
+        block_stride: int
+        offset: int = 0
+        host_resident: bool = False
+
+    @dataclass
+    class KVCacheGroupSpec:
+        layer_names: list[str]
+        kv_cache_spec: Any
+        is_eagle_group: bool = False
+        host_resident: bool = False
+        enable_kv_transfer: bool = True
+
+    @dataclass
+    class KVCacheConfig:
+        num_blocks: int
+        kv_cache_tensors: list[Any]
+        kv_cache_groups: list[Any] = field(default_factory=list)
+        kv_cache_layout: str | None = None
+
+    return SimpleNamespace(
+        **{k: v for k, v in locals().items() if isinstance(v, type)}, MultipleOf=_MultipleOf
+    )
+
+
+class _Layout(enum.Enum):
+    LBHNC = "LBHNC"
+    LBNHC = "LBNHC"
+    BLHNC = "BLHNC"
+    BLNHC = "BLNHC"
+
+
+def vllm_config_033(*, kv_cache_layout: str | None = "LBNHC", **kwargs: Any) -> SimpleNamespace:
+    """A vLLM 0.33 ``VllmConfig`` stand-in: :func:`vllm_config` plus a resolved KV-cache layout
+    (``cache_config.get_resolved_kv_cache_layout()`` raises while it is ``None``, as vLLM's does)."""
+    cfg = vllm_config(**kwargs)
+    cfg.cache_config.kv_cache_layout = kv_cache_layout
+
+    def resolved() -> _Layout:
+        if cfg.cache_config.kv_cache_layout is None:
+            raise ValueError("kv_cache_layout is not resolved yet")
+        return _Layout[cfg.cache_config.kv_cache_layout]
+
+    cfg.cache_config.get_resolved_kv_cache_layout = resolved
+    return cfg

@@ -34,6 +34,7 @@ from kvrules import logs
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
 from kvrules.errors import CapacityError, ConfigError, GroupingError
+from kvrules.integrations import vllm033, vllm_platform
 from kvrules.integrations.vllm_config import VllmSettings, read_vllm_config
 from kvrules.integrations.vllm_specs import (
     VllmClasses,
@@ -482,21 +483,33 @@ def installed_strategies() -> str | None:
 
 
 def parse_strategies(text: str) -> StrategySpec:
-    """``"vllm"`` -> ``"vllm"``; ``"vllm,min-padding"`` -> ``["vllm", "min-padding"]``."""
+    """``"vllm"`` -> ``"vllm"``; ``"vllm,min-padding"`` -> ``["vllm", "min-padding"]``;
+    ``"auto"`` -> ``"vllm-0.28"`` (the preset of this line); ``""`` -> ``"vllm"``."""
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         return DEFAULT_STRATEGIES
-    return names[0] if len(names) == 1 else names
+    return vllm033.parse_strategies(text, vllm_platform.LINE_PRESETS["0.28"])
 
 
 def vllm_general_plugin() -> None:
     """Entry point in vLLM's ``vllm.general_plugins`` group, run in every vLLM process.
 
-    Installs kvrules when ``KVRULES_VLLM_STRATEGIES`` is set (e.g. ``vllm`` or ``default``);
-    does nothing otherwise, so merely installing kvrules never changes vLLM.
+    When ``KVRULES_VLLM_STRATEGIES`` is set (``auto``, ``default``, a preset or a rule list): on
+    vLLM 0.33 it sets the public platform hook ``get_kv_cache_config_builder_cls`` on the active
+    platform class to kvrules' builder (:func:`kvrules.integrations.vllm_platform.set_platform_hook`;
+    ``auto`` is ``vllm-0.33``); on vLLM 0.28, which has no hook, it calls :func:`install`
+    (``auto`` is ``vllm-0.28``). Unset, it does nothing, so merely installing kvrules never
+    changes vLLM.
     """
     text = os.environ.get(STRATEGIES_ENV, "").strip()
-    if text:
+    if not text:
+        return
+    line = vllm_platform.vllm_line()
+    if line == "0.33":
+        vllm_platform.set_platform_hook(
+            strategies=vllm033.parse_strategies(text, vllm_platform.line_preset(line))
+        )
+    else:
         install(parse_strategies(text))
 
 

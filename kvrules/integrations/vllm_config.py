@@ -26,7 +26,7 @@ Duck-typed: any object with these attributes works (vLLM's own tests pass ``Simp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvrules.config import EngineConfig
@@ -139,8 +139,41 @@ def read_vllm_config(vllm_config: Any, *, grouping_only: bool = False) -> VllmSe
     )
 
 
+def resolved_kv_cache_layout(vllm_config: Any) -> str | None:
+    """vLLM 0.33's ``cache_config.get_resolved_kv_cache_layout()`` as a layout name, or ``None``
+    where vLLM has no such method (0.28) or has not resolved a layout yet (the method raises)."""
+    resolve = _get(vllm_config, "cache_config.get_resolved_kv_cache_layout", None)
+    if not callable(resolve):
+        return None
+    try:
+        layout = resolve()
+    except Exception:  # vLLM raises while cache_config.kv_cache_layout is None
+        return None
+    name = getattr(layout, "name", layout)
+    return None if name is None else str(name).upper()
+
+
+def read_vllm033_config(vllm_config: Any, *, grouping_only: bool = False) -> VllmSettings:
+    """:func:`read_vllm_config` plus what vLLM 0.33's builder reads: the resolved KV-cache layout
+    (``EngineConfig.kv_cache_layout``). Sliding windows keep the ``extra_retained_tokens`` vLLM
+    0.33's Core already wrote on each spec, so the setting is not re-derived here.
+
+    :raises ConfigError: a required attribute is missing, or a value is invalid.
+    """
+    settings = read_vllm_config(vllm_config, grouping_only=grouping_only)
+    try:
+        engine = replace(
+            settings.engine, kv_cache_layout=resolved_kv_cache_layout(vllm_config), extra_retained_tokens=0
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"vllm_config.cache_config.kv_cache_layout: {exc}") from None
+    return replace(settings, engine=engine)
+
+
 __all__ = [
     "VllmSettings",
+    "read_vllm033_config",
+    "resolved_kv_cache_layout",
     "cross_layer_blocks",
     "extra_retained_tokens",
     "read_vllm_config",

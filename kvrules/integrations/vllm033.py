@@ -1,0 +1,378 @@
+"""kvrules as vLLM 0.33's ``KVCacheConfigBuilder`` (the official planning seam).
+
+vLLM 0.33's Core asks the builder for the KV-cache groups of the whole model
+(``get_kv_cache_groups``), then for the placement of a given number of blocks
+(``get_kv_cache_config_from_groups``); Core itself keeps the exact-partition check, the
+``num_gpu_blocks_override``, the null block, auto-fit, admission and worker convergence. This
+module answers both with the kvrules pipeline (``Planner.group``, then the ``layout`` stage for
+exactly ``num_blocks`` blocks) and emits 0.33's placement: one backing allocation per worker, one
+strided ``KVCacheTensor`` per (group, distinct spec), layer-outermost or block-outermost as the
+engine resolved (``cache_config.get_resolved_kv_cache_layout()``).
+
+vLLM builds a fresh builder on every call, several times per plan; the planner (over
+``default_manager()``) and the spec conversions live in :class:`BuilderState`, owned by this
+module across calls. The strategy set is the one :func:`select` chose, else
+``KVRULES_VLLM_STRATEGIES``, else (unset or ``auto``) ``vllm-0.33``.
+
+Importing this module never imports vLLM: :data:`BUILDER_QUALNAME` names a class that is made on
+first access (module ``__getattr__``), subclassing vLLM's ``KVCacheConfigBuilder`` then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvrules import logs
+from kvrules.errors import ConfigError
+from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec, to_vllm033_spec
+from kvrules.integrations.vllm_config import read_vllm033_config
+from kvrules.integrations.vllm_specs import VllmClasses, vllm_classes
+from kvrules.pipeline import Grouping, Planner
+from kvrules.pipeline.convert import convert
+from kvrules.pipeline.layout import choose_layouts, lay_out
+from kvrules.plan import BackingTensor, KVCacheGroup, WorkerPlan, backing_tensors
+from kvrules.plugin.manager import default_manager
+from kvrules.plugin.presets import StrategySpec
+from kvrules.specs.base import KVCacheSpec
+
+#: the qualified name vLLM's platform hook returns to select kvrules
+BUILDER_QUALNAME = "kvrules.integrations.vllm033.KVRulesKVCacheConfigBuilder"
+#: vLLM 0.33's module holding the abstract builder
+BUILDER_BASE_MODULE = "vllm.v1.core.kv_cache_config_builder"
+#: environment variable naming the strategy set (shared with the 0.28 line)
+STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
+#: the preset that reproduces vLLM 0.33 (``auto`` / unset on this line)
+LINE_PRESET = "vllm-0.33"
+#: conversions kept before the cache is emptied (a model has at most a few thousand layers)
+CACHE_LIMIT = 65536
+
+
+def parse_strategies(text: str | None, line_preset: str) -> StrategySpec:
+    """``None`` / ``""`` / ``"auto"`` -> ``line_preset``; ``"default"`` -> ``"default"``;
+    ``"vllm-0.33,min-padding"`` -> ``["vllm-0.33", "min-padding"]``."""
+    names = [part.strip() for part in (text or "").split(",") if part.strip()]
+    if not names or names == ["auto"]:
+        return line_preset
+    names = [line_preset if n == "auto" else n for n in names]
+    return names[0] if len(names) == 1 else names
+
+
+def _key(strategies: StrategySpec) -> tuple[str, ...]:
+    if strategies is None:
+        return ("",)
+    return (strategies,) if isinstance(strategies, str) else tuple(strategies)
+
+
+@dataclass
+class BuilderState:
+    """What outlives a builder instance: the planner of one strategy set and the conversions.
+
+    :ivar planner: the kvrules planner (over ``default_manager()`` unless given).
+    :ivar classes: the vLLM classes results are built from (the installed vLLM's by default).
+    """
+
+    planner: Planner
+    classes_: VllmClasses | None = None
+    _in: dict[int, tuple[Any, KVCacheSpec]] = field(default_factory=dict)
+    _out: dict[tuple[int, tuple[tuple[str, Any], ...]], tuple[KVCacheSpec, Any]] = field(default_factory=dict)
+    decisions: tuple[Any, ...] = ()
+
+    @property
+    def classes(self) -> VllmClasses:
+        """The vLLM classes (imported on first use)."""
+        if self.classes_ is None:
+            self.classes_ = vllm_classes()
+        return self.classes_
+
+    @property
+    def strategy_set(self) -> str:
+        """The resolved name of the active set (``vllm-0.33``, ``default``, ...)."""
+        return self.planner.strategies.name
+
+    def to_kvrules(self, spec: Any, layer: str) -> KVCacheSpec:
+        """kvrules' spec for vLLM's ``spec`` (cached by object: vLLM specs are frozen)."""
+        hit = self._in.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        kv = from_vllm033_spec(spec, layer=layer, spec_types=self.planner.registries.spec_types.classes)
+        if len(self._in) >= CACHE_LIMIT:
+            self._in.clear()
+        self._in[id(spec)] = (spec, kv)
+        self._out.setdefault((id(kv), _carried_key(carried_fields([spec], layer))), (kv, spec))
+        return kv
+
+    def to_vllm(self, spec: KVCacheSpec, layer: str, carried: dict[str, Any]) -> Any:
+        """vLLM's spec for kvrules' ``spec`` with vLLM's Core fields ``carried`` back: the very
+        object it came from when unchanged."""
+        key = (id(spec), _carried_key(carried))
+        hit = self._out.get(key)
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        out = to_vllm033_spec(spec, classes=self.classes, layer=layer, carried=carried)
+        if len(self._out) >= CACHE_LIMIT:
+            self._out.clear()
+        self._out[key] = (spec, out)
+        return out
+
+
+def _carried_key(carried: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(carried.items()))
+
+
+_lock = threading.RLock()
+_states: dict[tuple[str, ...], BuilderState] = {}
+_selected: StrategySpec = None
+
+
+def select(strategies: StrategySpec) -> None:
+    """Make ``strategies`` the set every builder of this process plans with (``None``: back to
+    ``KVRULES_VLLM_STRATEGIES`` / ``auto``)."""
+    global _selected
+    with _lock:
+        _selected = strategies
+
+
+def active_strategies() -> StrategySpec:
+    """The set :func:`select` chose, else ``KVRULES_VLLM_STRATEGIES``, else ``vllm-0.33``."""
+    with _lock:
+        chosen = _selected
+    if chosen is not None:
+        return parse_strategies(chosen, LINE_PRESET) if isinstance(chosen, str) else chosen
+    return parse_strategies(os.environ.get(STRATEGIES_ENV), LINE_PRESET)
+
+
+def state(strategies: StrategySpec = None, *, classes: VllmClasses | None = None) -> BuilderState:
+    """The shared state of ``strategies`` (the active set when ``None``), made on first use."""
+    resolved = strategies if strategies is not None else active_strategies()
+    key = _key(resolved)
+    with _lock:
+        found = _states.get(key)
+        if found is None:
+            found = BuilderState(Planner(resolved, plugin_manager=default_manager()), classes)
+            _states[key] = found
+            logs.info("kvrules.vllm.builder", strategy_set=found.strategy_set, vllm_line="0.33")
+        elif classes is not None:
+            found.classes_ = classes
+        return found
+
+
+def reset() -> None:
+    """Forget every shared state and the selection (tests; a changed plugin set)."""
+    global _selected
+    with _lock:
+        _states.clear()
+        _selected = None
+
+
+# -- grouping ------------------------------------------------------------------------------------
+def plan_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]) -> Grouping:
+    """kvrules' grouping of vLLM's specs (route, unify or fall back, partition, group)."""
+    settings = read_vllm033_config(vllm_config, grouping_only=True)
+    specs = {name: st.to_kvrules(spec, name) for name, spec in kv_cache_spec.items()}
+    ctx, ask = st.planner.context(settings.engine)
+    converted = convert(specs, ctx, ask)
+    grouping = st.planner.group(converted, ctx, ask)
+    st.decisions = tuple(ctx.decisions.items)
+    return grouping
+
+
+def _to_vllm_group(st: BuilderState, group: KVCacheGroup, originals: Mapping[str, Any]) -> Any:
+    names = list(group.layer_names)
+    first = names[0] if names else "<empty group>"
+    if group.spec.has_members:
+        return st.classes.KVCacheGroupSpec(names, _uniform_to_vllm(st, group, originals))
+    carried = carried_fields((originals[n] for n in names if n in originals), first)
+    return st.classes.KVCacheGroupSpec(names, st.to_vllm(group.spec, first, carried))
+
+
+def _uniform_to_vllm(st: BuilderState, group: KVCacheGroup, originals: Mapping[str, Any]) -> Any:
+    """vLLM's ``UniformTypeKVCacheSpecs`` for a group with members, each member carrying its
+    own layer's Core fields (vLLM reads ``max_tp_shards`` member by member)."""
+    members = {
+        name: st.to_vllm(spec, name, carried_fields([originals[name]] if name in originals else [], name))
+        for name, spec in group.spec.members(group.layer_names).items()
+    }
+    cls = st.classes.specs["UniformTypeKVCacheSpecs"]
+    return cls(block_size=group.spec.block_size, kv_cache_specs=members)
+
+
+def get_kv_cache_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
+    """vLLM 0.33's ``get_kv_cache_groups`` through kvrules.
+
+    As vLLM does, with ``disable_hybrid_kv_cache_manager`` the layers converted to full attention
+    are replaced in ``kv_cache_spec`` in place.
+    """
+    originals = dict(kv_cache_spec)
+    grouping = plan_groups(st, vllm_config, kv_cache_spec)
+    for name, spec in grouping.specs.items():
+        if name in originals and spec is not st.to_kvrules(originals[name], name):
+            if type(spec).__name__ != type(originals[name]).__name__:
+                kv_cache_spec[name] = st.to_vllm(spec, name, carried_fields([originals[name]], name))
+    return [_to_vllm_group(st, g, originals) for g in grouping.groups]
+
+
+# -- placement -----------------------------------------------------------------------------------
+def _kvrules_groups(st: BuilderState, kv_cache_groups: Sequence[Any]) -> tuple[KVCacheGroup, ...]:
+    out = []
+    for g in kv_cache_groups:
+        names = tuple(g.layer_names)
+        spec = st.to_kvrules(g.kv_cache_spec, names[0] if names else "<empty group>")
+        out.append(KVCacheGroup(layer_names=names, spec=spec))
+    return tuple(out)
+
+
+def _worker_plan(
+    st: BuilderState, vllm_config: Any, kv_cache_groups: Sequence[Any], num_blocks: int
+) -> WorkerPlan:
+    """The kvrules layout stage for exactly ``num_blocks`` blocks of these groups."""
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+        raise ConfigError(f"num_blocks={num_blocks!r}: the builder places a whole number of blocks >= 1")
+    settings = read_vllm033_config(vllm_config, grouping_only=True)
+    groups = _kvrules_groups(st, kv_cache_groups)
+    ctx, ask = st.planner.context(settings.engine)
+    (worker,) = choose_layouts([groups], [0], ctx, ask)
+    if worker.layout is None:
+        return WorkerPlan(num_blocks, (), groups, "", 0, num_blocks)
+    worker = dataclasses.replace(worker, memory=worker.block_bytes * num_blocks)
+    (plan,) = lay_out([worker], ctx, ask)
+    st.decisions = tuple(ctx.decisions.items)
+    return plan
+
+
+def pool_bytes_per_block(st: BuilderState, vllm_config: Any, kv_cache_groups: Sequence[Any]) -> int | None:
+    """Bytes one block costs in the backing (``None`` for a model without KV-cache layers)."""
+    settings = read_vllm033_config(vllm_config, grouping_only=True)
+    ctx, ask = st.planner.context(settings.engine)
+    (worker,) = choose_layouts([_kvrules_groups(st, kv_cache_groups)], [0], ctx, ask)
+    return worker.block_bytes if worker.layout is not None else None
+
+
+def backing_of_plan(plan: WorkerPlan, *, block_outermost: bool) -> tuple[BackingTensor, ...]:
+    """The worker's placement as one backing: the layout's own ``backing`` when it places one,
+    else its tensors re-expressed over one backing of ``bytes per block x num_blocks``.
+
+    :raises ConfigError: the layout's tensors mix packed and plain tensors (no one-backing form).
+    """
+    if plan.backing:
+        return plan.backing
+    if not plan.tensors:
+        return ()
+    packed = {t.block_stride > 0 for t in plan.tensors}
+    if len(packed) > 1:
+        raise ConfigError(
+            f"layout {plan.layout!r} mixes packed and plain tensors; vLLM 0.33 needs one backing "
+            "allocation per worker: choose a strategy set whose layout places one (vllm-0.33, default)"
+        )
+    block_bytes = sum(t.size for t in plan.tensors) // plan.num_blocks
+    if packed == {True}:
+        block_bytes = max(t.block_stride for t in plan.tensors)
+    return backing_tensors(plan.groups, plan.num_blocks, block_bytes, block_outermost=block_outermost)
+
+
+def _vllm_tensor(classes: VllmClasses, t: BackingTensor) -> Any:
+    return classes.KVCacheTensor(
+        size=t.size,
+        layers=list(t.layers),
+        layer_stride=t.layer_stride,
+        block_stride=t.block_stride,
+        offset=t.offset,
+        host_resident=t.host_resident,
+    )
+
+
+def get_kv_cache_config_from_groups(
+    st: BuilderState, vllm_config: Any, kv_cache_groups: list[Any], num_blocks: int
+) -> Any:
+    """vLLM 0.33's ``get_kv_cache_config_from_groups`` through kvrules: exactly ``num_blocks``
+    blocks, one backing of ``bytes per block x num_blocks``, vLLM's groups kept as given."""
+    settings = read_vllm033_config(vllm_config, grouping_only=True)
+    plan = _worker_plan(st, vllm_config, kv_cache_groups, num_blocks)
+    backing = backing_of_plan(plan, block_outermost=settings.engine.block_outermost)
+    return st.classes.KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[_vllm_tensor(st.classes, t) for t in backing],
+        kv_cache_groups=list(kv_cache_groups),
+    )
+
+
+class KVRulesBuilderMethods:
+    """The builder's methods, without vLLM's base class (mixed into it on first access)."""
+
+    def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
+        """The KV-cache groups of the whole model (see module docstring)."""
+        return get_kv_cache_groups(state(), vllm_config, kv_cache_spec)
+
+    def get_kv_cache_config_from_groups(
+        self, vllm_config: Any, kv_cache_groups: list[Any], num_blocks: int
+    ) -> Any:
+        """The placement of exactly ``num_blocks`` blocks of ``kv_cache_groups``."""
+        return get_kv_cache_config_from_groups(state(), vllm_config, kv_cache_groups, num_blocks)
+
+    def _get_pool_bytes_per_block(self, vllm_config: Any, kv_cache_groups: list[Any]) -> int | None:
+        """Bytes per block, declared so Core need not probe a one-block placement."""
+        return pool_bytes_per_block(state(), vllm_config, kv_cache_groups)
+
+
+_made: dict[type, type] = {}
+
+
+def builder_class() -> type:
+    """``KVRulesKVCacheConfigBuilder``: :class:`KVRulesBuilderMethods` over vLLM's abstract
+    ``KVCacheConfigBuilder`` (imported now; one class per base class).
+
+    :raises VllmNotInstalledError: vLLM 0.33's builder module is not importable.
+    """
+    base = _builder_base()
+    with _lock:
+        made = _made.get(base)
+        if made is None:
+            made = type(
+                "KVRulesKVCacheConfigBuilder", (KVRulesBuilderMethods, base), {"__module__": __name__}
+            )
+            _made[base] = made
+        return made
+
+
+def _builder_base() -> type:
+    from kvrules.integrations.vllm_specs import VllmNotInstalledError
+
+    try:
+        module = importlib.import_module(BUILDER_BASE_MODULE)
+    except ImportError as exc:
+        raise VllmNotInstalledError(
+            f"{BUILDER_QUALNAME} needs vLLM 0.33's {BUILDER_BASE_MODULE} ({exc}); install vllm>=0.33"
+        ) from exc
+    base = module.KVCacheConfigBuilder
+    assert isinstance(base, type)
+    return base
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KVRulesKVCacheConfigBuilder":
+        return builder_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BUILDER_QUALNAME",
+    "BuilderState",
+    "KVRulesBuilderMethods",
+    "LINE_PRESET",
+    "active_strategies",
+    "backing_of_plan",
+    "builder_class",
+    "get_kv_cache_config_from_groups",
+    "get_kv_cache_groups",
+    "parse_strategies",
+    "plan_groups",
+    "pool_bytes_per_block",
+    "reset",
+    "select",
+    "state",
+]

@@ -1,0 +1,261 @@
+"""Conversion between vLLM 0.33's KV-cache spec objects and kvrules specs.
+
+vLLM 0.33 renamed and added spec fields (``shared/reference/vllm-0.33-seam.md`` c); this module
+maps them onto the 0.28 conversion of :mod:`kvrules.integrations.vllm_specs`, whose contract
+holds unchanged (classes and fields matched by name, an unmodelled field accepted only at its
+default, the page checked to the byte both ways). What differs:
+
+* ``tokens_per_state`` (0.33) is kvrules' ``compress_ratio`` on the MLA classes
+  (``num_states = block_size // tokens_per_state``, the same page); on every other class it must
+  hold its default (1 for attention, -1 for Mamba), else a SpecError naming layer and field;
+* ``is_draft`` and ``max_tp_shards`` do not change a page, a block count or the layout: the
+  builder leaves them to vLLM's Core (eagle groups, ``kv_tp_replicas``) and carries them back
+  onto every spec it returns (:func:`to_vllm033_spec` ``carried=``);
+* every other new field (``block_stride_alignment``, ``dcp_sharded`` off its
+  class default, MLA ``topk_buffer_width`` / ``cache_role`` / ..., Mamba prefill checkpoints,
+  ``tp_replicated``, ...) is refused when it is not at its default; classes kvrules does not
+  model (``CircularBufferSpec``, ``RSWASpec``, HiSparse) are refused by name.
+
+docs/vllm.md has the table, class by class. Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from kvrules.errors import SpecError
+from kvrules.integrations.vllm_specs import (
+    _PUBLISHED_FIELDS,
+    VllmClasses,
+    _check_page,
+    _derived_by_default,
+    _field_default,
+    _published_for_vllm,
+    _published_from_vllm,
+    _to_kvrules_value,
+    _to_vllm_value,
+    _where,
+    kvrules_classes_by_name,
+)
+from kvrules.plugin.manager import default_manager
+from kvrules.specs.attention import AttentionSpec
+from kvrules.specs.base import KVCacheSpec
+
+#: vLLM 0.33 field -> kvrules field, where only the name differs (on classes having the target)
+RENAMED: dict[str, str] = {"tokens_per_state": "compress_ratio"}
+#: vLLM 0.33 fields the builder never reads (Core's: ``is_draft`` tags eagle groups,
+#: ``max_tp_shards`` gives ``kv_tp_replicas``); dropped in, carried back out from the layers
+CORE_FIELDS: tuple[str, ...] = ("is_draft", "max_tp_shards")
+#: vLLM 0.33 fields a class derives from its members (``UniformTypeKVCacheSpecs.dcp_sharded``:
+#: the members' common value); checked against the members in, derived again out
+MEMBER_DERIVED: tuple[str, ...] = ("dcp_sharded",)
+
+
+def _members_value(members: Mapping[str, Any], name: str) -> Any:
+    """The value every member spec holds for ``name`` (``None`` when they differ or none has it)."""
+    values = {getattr(m, name, None) for m in members.values()}
+    return values.pop() if len(values) == 1 else None
+
+
+def _kinds(spec_types: Mapping[str, type[KVCacheSpec]] | None) -> dict[str, type[KVCacheSpec]]:
+    types = spec_types if spec_types is not None else default_manager().registries.spec_types.classes
+    return kvrules_classes_by_name(types)
+
+
+def _refuse(layer: str | None, vname: str, name: str, value: Any, default: Any) -> SpecError:
+    return SpecError(
+        f"{_where(layer)}: vLLM 0.33 {vname}.{name}={value!r} is not modelled by kvrules (only its "
+        f"default {default!r} can be planned exactly); plan this model with vLLM's own builder "
+        "(leave the platform hook unset) or register a kvrules spec type for it"
+    )
+
+
+def _renamed_value(layer: str | None, vname: str, name: str, value: Any) -> int:
+    """``tokens_per_state`` as kvrules' integer ``compress_ratio``."""
+    if isinstance(value, Fraction) and value.denominator == 1:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(
+            f"{_where(layer)}: vLLM 0.33 {vname}.{name}={value!r}; kvrules models a whole number of "
+            "tokens per stored state (an int >= 1), as compress_ratio"
+        )
+    return value
+
+
+def _kwargs_from_vllm(
+    spec: Any, layer: str | None, kcls: type[KVCacheSpec], kinds: Mapping[str, type[KVCacheSpec]]
+) -> dict[str, Any]:
+    """kvrules constructor arguments from a vLLM 0.33 spec's fields (refusing unmodelled values)."""
+    vname = type(spec).__name__
+    known = {f.name for f in dataclasses.fields(kcls)}
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(spec):
+        name, value = field.name, getattr(spec, field.name)
+        target = RENAMED.get(name, name)
+        if name in CORE_FIELDS:
+            continue
+        if name in MEMBER_DERIVED and hasattr(spec, "kv_cache_specs") and name not in known:
+            if value != _members_value(spec.kv_cache_specs, name):
+                raise _refuse(layer, vname, name, value, _members_value(spec.kv_cache_specs, name))
+            continue
+        if name == "kv_cache_specs":
+            kwargs[name] = {member: _from_vllm033(s, member, kinds) for member, s in value.items()}
+        elif target != name and target in known:
+            kwargs[target] = _renamed_value(layer, vname, name, value)
+        elif name in known:
+            kwargs[name] = _to_kvrules_value(name, value, layer, kinds)
+        elif (default := _field_default(field)) is dataclasses.MISSING or value != default:
+            raise _refuse(layer, vname, name, value, default)
+    return kwargs
+
+
+def _from_vllm033(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
+    vname = type(spec).__name__
+    kcls = kinds.get(vname)
+    if kcls is None or not dataclasses.is_dataclass(spec):
+        raise SpecError(
+            f"{_where(layer)}: vLLM 0.33 spec type {vname} has no kvrules equivalent; kvrules models "
+            f"{', '.join(sorted(kinds))}. Plan this model with vLLM's own builder (leave the platform "
+            "hook unset) or register a kvrules spec type of that class name through a plugin"
+        )
+    kwargs = _kwargs_from_vllm(spec, layer, kcls, kinds)
+    try:
+        kv = kcls(**kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{_where(layer)}: vLLM 0.33 {vname}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{_where(layer)}: vLLM 0.33 {vname} cannot be converted: {exc}") from None
+    if isinstance(kv, AttentionSpec):
+        kv = _published_from_vllm(kv)
+    _check_page(layer, kv, spec, "converting vLLM 0.33's")
+    return kv
+
+
+def from_vllm033_spec(
+    spec: Any, *, layer: str | None = None, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+) -> KVCacheSpec:
+    """The kvrules spec equal to vLLM 0.33's ``spec`` (module docstring: the contract).
+
+    :raises SpecError: an unknown class, an unmodelled non-default field (naming layer and
+        field), or a page that differs.
+    """
+    return _from_vllm033(spec, layer, _kinds(spec_types))
+
+
+def from_vllm033_specs(
+    specs: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+) -> dict[str, KVCacheSpec]:
+    """:func:`from_vllm033_spec` for every layer (layer order kept)."""
+    kinds = _kinds(spec_types)
+    return {name: _from_vllm033(spec, name, kinds) for name, spec in specs.items()}
+
+
+def _vllm_kwargs(
+    spec: KVCacheSpec, layer: str | None, classes: VllmClasses, vcls: type, carried: Mapping[str, Any]
+) -> dict[str, Any]:
+    """vLLM 0.33 constructor arguments for kvrules' ``spec``."""
+    vfields = {f.name: f for f in dataclasses.fields(vcls) if f.init}
+    back = {kv_name: v_name for v_name, kv_name in RENAMED.items() if v_name in vfields}
+    published: dict[str, int | None] = {}
+    if isinstance(spec, AttentionSpec) and all(name in vfields for name in _PUBLISHED_FIELDS):
+        published = _published_for_vllm(spec, layer)
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(spec):
+        value = published.get(field.name, getattr(spec, field.name))
+        name = back.get(field.name, field.name)
+        vfield = vfields.get(name)
+        if _derived_by_default(spec, field.name, value):
+            continue
+        if vfield is None:
+            if field.default is dataclasses.MISSING or value != field.default:
+                raise SpecError(
+                    f"{_where(layer)}: {type(spec).__name__}.{field.name}={value!r} cannot be expressed: "
+                    f"vLLM {classes.version}'s {vcls.__name__} has no field {field.name!r}"
+                )
+            continue
+        if field.name == "kv_cache_specs":
+            kwargs[name] = {m: _to_vllm033(s, m, classes, carried) for m, s in value.items()}
+            for derived in MEMBER_DERIVED:
+                common = _members_value(kwargs[name], derived)
+                if derived in vfields and derived not in kwargs and common is not None:
+                    kwargs[derived] = common
+        else:
+            kwargs[name] = _to_vllm_value(field.name, value, vfield, layer, classes)
+    return kwargs
+
+
+def _to_vllm033(
+    spec: KVCacheSpec, layer: str | None, classes: VllmClasses, carried: Mapping[str, Any]
+) -> Any:
+    kname = type(spec).__name__
+    vcls = classes.specs.get(kname)
+    if vcls is None:
+        raise SpecError(
+            f"{_where(layer)}: kvrules spec type {kname} has no class in vLLM {classes.version} "
+            f"(its spec classes: {', '.join(sorted(classes.specs))})"
+        )
+    kwargs = _vllm_kwargs(spec, layer, classes, vcls, carried)
+    names = {f.name for f in dataclasses.fields(vcls)}
+    kwargs.update({k: v for k, v in carried.items() if k in CORE_FIELDS and k in names})
+    try:
+        out = vcls(**kwargs)
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise SpecError(
+            f"{_where(layer)}: vLLM {classes.version}'s {kname} rejected {kwargs}: {exc}"
+        ) from None
+    _check_page(layer, spec, out, "building vLLM 0.33's")
+    return out
+
+
+def to_vllm033_spec(
+    spec: KVCacheSpec,
+    *,
+    classes: VllmClasses,
+    layer: str | None = None,
+    carried: Mapping[str, Any] | None = None,
+) -> Any:
+    """The vLLM 0.33 spec object equal to kvrules' ``spec``, with the :data:`CORE_FIELDS` in
+    ``carried`` (``{"is_draft": True}``) put back as given.
+
+    :raises SpecError: vLLM has no such class, lacks a field holding a non-default value, or
+        computes a different page.
+    """
+    return _to_vllm033(spec, layer, classes, carried or {})
+
+
+def carried_fields(specs: Any, layer: str | None = None) -> dict[str, Any]:
+    """The :data:`CORE_FIELDS` values of vLLM specs that share one group spec: ``is_draft`` when
+    any is a draft layer, every other field when all agree (vLLM asserts that when it merges).
+
+    :raises SpecError: the specs disagree about a field other than ``is_draft`` (naming it).
+    """
+    out: dict[str, Any] = {}
+    specs = list(specs)
+    for name in CORE_FIELDS:
+        values = [getattr(s, name) for s in specs if hasattr(s, name)]
+        if not values:
+            continue
+        if name == "is_draft":
+            out[name] = any(values)
+        elif len(set(values)) > 1:
+            raise SpecError(
+                f"{_where(layer)}: the layers of one group hold different {name} values "
+                f"({sorted(set(values), key=repr)}); vLLM merges only equal ones"
+            )
+        else:
+            out[name] = values[0]
+    return out
+
+
+__all__ = [
+    "carried_fields",
+    "CORE_FIELDS",
+    "MEMBER_DERIVED",
+    "RENAMED",
+    "from_vllm033_spec",
+    "from_vllm033_specs",
+    "to_vllm033_spec",
+]

@@ -1,0 +1,148 @@
+"""Selecting kvrules inside vLLM without replacing private functions.
+
+Two public seams, both ending at vLLM 0.33's ``Platform.get_kv_cache_config_builder_cls``:
+
+* :class:`KVRulesPlatformMixin`: a vendor platform plugin (``vllm.platform_plugins``) subclasses
+  it before its platform class (``class MyPlatform(KVRulesPlatformMixin, CudaPlatform)``); the
+  hook then returns :data:`~kvrules.integrations.vllm033.BUILDER_QUALNAME`;
+* :func:`set_platform_hook`: what the general plugin (``KVRULES_VLLM_STRATEGIES``) does in every
+  vLLM process that resolves a builder (the engine core and every worker): it sets the public
+  classmethod on the active platform class. :func:`restore_platform_hook` undoes it.
+
+:func:`vllm_line` tells the installed line (``"0.33"`` when the builder seam exists, else
+``"0.28"``) and :func:`line_preset` its preset. Nothing here imports vLLM at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import threading
+from typing import Any
+
+from kvrules import logs
+from kvrules.integrations.vllm033 import BUILDER_BASE_MODULE, BUILDER_QUALNAME, select
+from kvrules.integrations.vllm_specs import VllmNotInstalledError
+from kvrules.plugin.presets import StrategySpec
+
+#: the platform classmethod that names the builder (vLLM 0.33)
+HOOK_NAME = "get_kv_cache_config_builder_cls"
+#: the presets reproducing each vLLM line
+LINE_PRESETS: dict[str, str] = {"0.28": "vllm-0.28", "0.33": "vllm-0.33"}
+
+_lock = threading.RLock()
+#: platform class -> the hook it had before :func:`set_platform_hook` (in its own ``__dict__``)
+_saved: dict[type, Any] = {}
+
+
+def vllm_line() -> str:
+    """``"0.33"`` when vLLM's builder seam is importable, ``"0.28"`` otherwise.
+
+    :raises VllmNotInstalledError: vLLM is not importable at all.
+    """
+    if _find(BUILDER_BASE_MODULE) is not None:
+        return "0.33"
+    if _find("vllm.v1.core.kv_cache_utils") is not None:
+        return "0.28"
+    raise VllmNotInstalledError("vLLM is not importable; install it with `pip install 'kvrules[vllm]'`")
+
+
+def _find(name: str) -> object | None:
+    """The loaded module ``name``, else its import spec, else ``None`` (imports parents only)."""
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def line_preset(line: str | None = None) -> str:
+    """The preset that reproduces ``line`` (the installed one when ``None``)."""
+    return LINE_PRESETS[line if line is not None else vllm_line()]
+
+
+def _kvrules_hook(cls: Any, vllm_config: Any) -> str:
+    """``get_kv_cache_config_builder_cls`` answering kvrules' builder."""
+    return BUILDER_QUALNAME
+
+
+class KVRulesPlatformMixin:
+    """Put before a vLLM ``Platform`` subclass to plan its KV cache with kvrules.
+
+    The strategy set is ``KVRULES_VLLM_STRATEGIES`` (unset or ``auto``: ``vllm-0.33``), or what
+    a subclass names in :attr:`kvrules_strategies` (read when the hook is first asked).
+    """
+
+    #: the set this platform plans with; ``None`` defers to ``KVRULES_VLLM_STRATEGIES``
+    kvrules_strategies: StrategySpec = None
+
+    @classmethod
+    def get_kv_cache_config_builder_cls(cls, vllm_config: Any) -> str:
+        """The qualified name of kvrules' ``KVCacheConfigBuilder``."""
+        if cls.kvrules_strategies is not None:
+            select(cls.kvrules_strategies)
+        return BUILDER_QUALNAME
+
+
+def current_platform_class() -> type:
+    """The class of vLLM's active platform (``vllm.platforms.current_platform``).
+
+    :raises VllmNotInstalledError: vLLM is not importable.
+    """
+    try:
+        platforms = importlib.import_module("vllm.platforms")
+    except ImportError as exc:
+        raise VllmNotInstalledError(f"vLLM is not importable ({exc})") from exc
+    return type(platforms.current_platform)
+
+
+def set_platform_hook(platform_cls: type | None = None, *, strategies: StrategySpec = None) -> type:
+    """Make ``platform_cls`` (the active platform's class by default) answer kvrules' builder.
+
+    Idempotent; the previous hook is kept for :func:`restore_platform_hook`. Returns the class.
+    :param strategies: the set every builder of this process plans with (``None``: the env var).
+    """
+    cls = platform_cls if platform_cls is not None else current_platform_class()
+    with _lock:
+        select(strategies)
+        if cls not in _saved:
+            _saved[cls] = cls.__dict__.get(HOOK_NAME)
+            setattr(cls, HOOK_NAME, classmethod(_kvrules_hook))
+    logs.info("kvrules.vllm.platform_hook", platform=cls.__qualname__, builder=BUILDER_QUALNAME)
+    return cls
+
+
+def restore_platform_hook(platform_cls: type | None = None) -> None:
+    """Give ``platform_cls`` its own hook back (a no-op when :func:`set_platform_hook` did not act)."""
+    cls = platform_cls if platform_cls is not None else current_platform_class()
+    with _lock:
+        if cls not in _saved:
+            return
+        own = _saved.pop(cls)
+        if own is None:
+            delattr(cls, HOOK_NAME)
+        else:
+            setattr(cls, HOOK_NAME, own)
+        select(None)
+
+
+def hook_is_set(platform_cls: type) -> bool:
+    """Whether :func:`set_platform_hook` set ``platform_cls``'s hook."""
+    with _lock:
+        return platform_cls in _saved
+
+
+__all__ = [
+    "HOOK_NAME",
+    "KVRulesPlatformMixin",
+    "LINE_PRESETS",
+    "current_platform_class",
+    "hook_is_set",
+    "line_preset",
+    "restore_platform_hook",
+    "set_platform_hook",
+    "vllm_line",
+]

@@ -1,0 +1,284 @@
+"""kvrules as vLLM 0.33's KVCacheConfigBuilder, against stand-ins with vLLM 0.33's class and field
+names (tests/vllm_standins.py ``namespace_033``); no vLLM needed. The real-vLLM check skips
+cleanly when vLLM 0.33 is absent."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import torch
+import vllm_standins as vs
+
+from kvrules import ConfigError, EngineConfig, Planner, SpecError
+from kvrules.integrations import vllm as kv_vllm
+from kvrules.integrations import vllm033, vllm_platform
+from kvrules.integrations.vllm033_specs import from_vllm033_spec, to_vllm033_spec
+from kvrules.integrations.vllm_specs import VllmClasses
+
+NS = vs.namespace_033()
+CLASSES = VllmClasses.from_namespace(NS, version="0.33.0-standin")
+BF16 = torch.bfloat16
+
+
+def full(layer_block: int = 16, **kw: Any) -> Any:
+    return NS.FullAttentionSpec(block_size=layer_block, num_kv_heads=8, head_size=128, dtype=BF16, **kw)
+
+
+def swa(**kw: Any) -> Any:
+    return NS.SlidingWindowSpec(
+        block_size=16, num_kv_heads=8, head_size=128, dtype=BF16, sliding_window=1024, **kw
+    )
+
+
+def mla(**kw: Any) -> Any:
+    return NS.MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype=BF16, **kw)
+
+
+def gemma_like(layers: int = 12) -> dict[str, Any]:
+    """5 sliding-window layers to 1 full-attention layer."""
+    return {f"model.layers.{i}": full() if i % 6 == 5 else swa() for i in range(layers)}
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(vllm033.STRATEGIES_ENV, raising=False)
+    vllm033.reset()
+    yield
+    vllm033.reset()
+
+
+def shared(strategies: Any = None) -> vllm033.BuilderState:
+    return vllm033.state(strategies, classes=CLASSES)
+
+
+# -- conversion ------------------------------------------------------------------------------
+def test_tokens_per_state_is_compress_ratio_both_ways() -> None:
+    spec = mla(tokens_per_state=4, alignment=576)
+    kv = from_vllm033_spec(spec, layer="l0")
+    assert kv.compress_ratio == 4  # type: ignore[attr-defined]
+    assert kv.page_size_bytes == spec.page_size_bytes
+    assert to_vllm033_spec(kv, classes=CLASSES, layer="l0") == spec
+
+
+def test_is_draft_is_left_to_core_and_put_back() -> None:
+    spec = full(is_draft=True)
+    kv = from_vllm033_spec(spec, layer="draft.0")
+    back = to_vllm033_spec(kv, classes=CLASSES, layer="draft.0", carried={"is_draft": True})
+    assert back.is_draft is True and back == spec
+
+
+def test_max_tp_shards_is_carried_back_onto_group_specs() -> None:
+    specs = {f"l{i}": full(max_tp_shards=2) for i in range(3)}
+    groups = vllm033.get_kv_cache_groups(shared(), vs.vllm_config_033(), dict(specs))
+    assert [g.kv_cache_spec.max_tp_shards for g in groups] == [2]
+
+
+def test_layers_of_one_group_disagreeing_about_max_tp_shards_are_refused() -> None:
+    specs = {"l0": full(max_tp_shards=2), "l1": full(max_tp_shards=4)}
+    with pytest.raises(SpecError, match=r"layer 'l0'.*different max_tp_shards values"):
+        vllm033.get_kv_cache_groups(shared(), vs.vllm_config_033(), specs)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (full(block_stride_alignment=256), "block_stride_alignment"),
+        (full(dcp_sharded=False), "dcp_sharded"),
+        (full(tokens_per_state=2), "tokens_per_state"),
+        (mla(topk_buffer_width=2048), "topk_buffer_width"),
+        (
+            NS.MambaSpec(16, shapes=((4, 8),), dtypes=(BF16,), num_prefill_checkpoint_blocks=2),
+            "num_prefill_checkpoint_blocks",
+        ),
+    ],
+)
+def test_unmodelled_033_field_off_its_default_is_refused_naming_layer_and_field(
+    spec: Any, field: str
+) -> None:
+    with pytest.raises(SpecError, match=rf"layer 'model.layers.7'.*\.{field}="):
+        from_vllm033_spec(spec, layer="model.layers.7")
+
+
+def test_fractional_tokens_per_state_is_refused() -> None:
+    spec = mla(tokens_per_state=Fraction(1, 2))
+    with pytest.raises(SpecError, match=r"layer 'x'.*tokens_per_state=Fraction\(1, 2\)"):
+        from_vllm033_spec(spec, layer="x")
+
+
+def test_unknown_033_class_is_refused_by_name() -> None:
+    ring = NS.CircularBufferSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
+    with pytest.raises(SpecError, match=r"layer 'ring': vLLM 0.33 spec type CircularBufferSpec"):
+        from_vllm033_spec(ring, layer="ring")
+
+
+# -- the builder -----------------------------------------------------------------------------
+def native_plan(specs: dict[str, Any], num_blocks: int, layout: str) -> Any:
+    kv = {name: from_vllm033_spec(s, layer=name) for name, s in specs.items()}
+    config = EngineConfig(max_model_len=128, num_gpu_blocks_override=num_blocks, kv_cache_layout=layout)
+    return Planner("vllm-0.33").plan(kv, 1 << 40, config)
+
+
+@pytest.mark.parametrize("layout", ["LBNHC", "BLHNC"])
+def test_builder_groups_and_places_as_the_native_preset(layout: str) -> None:
+    specs = gemma_like()
+    cfg = vs.vllm_config_033(kv_cache_layout=layout)
+    st = shared()
+    assert st.strategy_set == "vllm-0.33"
+    groups = vllm033.get_kv_cache_groups(st, cfg, dict(specs))
+    plan = native_plan(specs, 100, layout)
+    assert [tuple(g.layer_names) for g in groups] == [g.layer_names for g in plan.groups]
+    config = vllm033.get_kv_cache_config_from_groups(st, cfg, groups, 100)
+    assert config.num_blocks == 100 and config.kv_cache_groups == groups
+    got = [
+        (t.size, tuple(t.layers), t.layer_stride, t.block_stride, t.offset) for t in config.kv_cache_tensors
+    ]
+    want = [(t.size, t.layers, t.layer_stride, t.block_stride, t.offset) for t in plan.workers[0].backing]
+    assert got == want
+    assert len({t.size for t in config.kv_cache_tensors}) == 1  # one backing per worker
+    bytes_per_block = vllm033.pool_bytes_per_block(st, cfg, groups)
+    assert bytes_per_block is not None
+    assert config.kv_cache_tensors[0].size == bytes_per_block * 100
+
+
+def test_layer_and_block_outermost_strides_differ() -> None:
+    specs = {f"l{i}": full() for i in range(3)}
+    page = full().page_size_bytes
+    st = shared()
+    outer = {}
+    for layout in ("LBNHC", "BLHNC"):
+        cfg = vs.vllm_config_033(kv_cache_layout=layout)
+        groups = vllm033.get_kv_cache_groups(st, cfg, dict(specs))
+        outer[layout] = vllm033.get_kv_cache_config_from_groups(st, cfg, groups, 10).kv_cache_tensors
+    assert [(t.layer_stride, t.block_stride) for t in outer["LBNHC"]] == [(page * 10, page)]
+    assert [(t.layer_stride, t.block_stride) for t in outer["BLHNC"]] == [(page, page * 3)]
+
+
+def test_unchanged_specs_come_back_as_the_very_objects_and_drafts_keep_their_tag() -> None:
+    specs = {**{f"l{i}": full() for i in range(2)}, "draft.0": full(is_draft=True)}
+    st = shared()
+    groups = vllm033.get_kv_cache_groups(st, vs.vllm_config_033(), dict(specs))
+    assert len(groups) == 1
+    assert groups[0].kv_cache_spec.is_draft is True  # a group holding a draft layer
+
+
+def test_builder_rejects_a_non_positive_block_count() -> None:
+    st = shared()
+    cfg = vs.vllm_config_033()
+    groups = vllm033.get_kv_cache_groups(st, cfg, {"l0": full()})
+    with pytest.raises(ConfigError, match="num_blocks=0"):
+        vllm033.get_kv_cache_config_from_groups(st, cfg, groups, 0)
+
+
+def test_disabled_hybrid_manager_replaces_specs_in_place() -> None:
+    specs = gemma_like(6)
+    st = shared()
+    groups = vllm033.get_kv_cache_groups(st, vs.vllm_config_033(disable_hybrid=True), specs)
+    assert len(groups) == 1
+    assert all(type(s).__name__ == "FullAttentionSpec" for s in specs.values())
+
+
+def test_state_and_conversions_outlive_builder_instances() -> None:
+    spec = full()
+    st = shared()
+    first = st.to_kvrules(spec, "l0")
+    assert vllm033.state() is st and st.to_kvrules(spec, "l0") is first
+    assert st.planner.plugin_manager is Planner().plugin_manager
+
+
+# -- selection -------------------------------------------------------------------------------
+def test_auto_and_unset_select_the_line_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert vllm033.active_strategies() == "vllm-0.33"
+    monkeypatch.setenv(vllm033.STRATEGIES_ENV, "auto")
+    assert vllm033.active_strategies() == "vllm-0.33"
+    monkeypatch.setenv(vllm033.STRATEGIES_ENV, "default")
+    assert vllm033.state().strategy_set == "default"
+    monkeypatch.setenv(vllm033.STRATEGIES_ENV, "auto,min-padding")
+    assert vllm033.active_strategies() == ["vllm-0.33", "min-padding"]
+
+
+@pytest.fixture
+def fake_vllm033(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """vLLM 0.33's builder module and ``vllm.platforms`` with an active platform class."""
+
+    class Builder:
+        def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: Any) -> Any:
+            raise NotImplementedError
+
+    class Platform:
+        @classmethod
+        def get_kv_cache_config_builder_cls(cls, vllm_config: Any) -> str:
+            return "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder"
+
+    base = types.ModuleType(vllm033.BUILDER_BASE_MODULE)
+    base.KVCacheConfigBuilder = Builder  # type: ignore[attr-defined]
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = Platform()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, base.__name__, base)
+    monkeypatch.setitem(sys.modules, platforms.__name__, platforms)
+    yield Platform
+    vllm_platform.restore_platform_hook(Platform)
+
+
+def test_general_plugin_sets_the_public_hook_on_033(
+    fake_vllm033: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform = fake_vllm033
+    default = platform.get_kv_cache_config_builder_cls(None)
+    kv_vllm.vllm_general_plugin()  # unset: nothing changes
+    assert platform.get_kv_cache_config_builder_cls(None) == default
+    monkeypatch.setenv(vllm033.STRATEGIES_ENV, "default")
+    kv_vllm.vllm_general_plugin()
+    assert platform.get_kv_cache_config_builder_cls(None) == vllm033.BUILDER_QUALNAME
+    assert vllm033.state(classes=CLASSES).strategy_set == "default"
+    assert kv_vllm.installed_strategies() is None  # 0.33: no private function replaced
+    vllm_platform.restore_platform_hook(platform)
+    assert platform.get_kv_cache_config_builder_cls(None) == default
+
+
+def test_the_qualname_resolves_to_a_builder_subclass(fake_vllm033: Any) -> None:
+    module_name, _, name = vllm033.BUILDER_QUALNAME.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name)
+    base = sys.modules[vllm033.BUILDER_BASE_MODULE].KVCacheConfigBuilder
+    assert issubclass(cls, base) and cls is vllm033.builder_class()
+    shared()
+    groups = cls().get_kv_cache_groups(vs.vllm_config_033(), gemma_like(6))
+    assert sorted(tuple(g.layer_names) for g in groups) == sorted((n,) for n in gemma_like(6))
+
+
+def test_platform_mixin_overrides_the_hook() -> None:
+    class Vendor(vllm_platform.KVRulesPlatformMixin):
+        kvrules_strategies = "default"
+
+    assert Vendor.get_kv_cache_config_builder_cls(None) == vllm033.BUILDER_QUALNAME
+    assert vllm033.active_strategies() == "default"
+
+
+def test_line_detection(fake_vllm033: Any) -> None:
+    assert vllm_platform.vllm_line() == "0.33"
+    assert vllm_platform.line_preset() == "vllm-0.33"
+    assert vllm_platform.line_preset("0.28") == "vllm-0.28"
+
+
+def test_importing_the_033_modules_never_imports_vllm() -> None:
+    code = (
+        "import sys, kvrules.integrations.vllm033, kvrules.integrations.vllm_platform;"
+        "sys.exit(any(m == 'vllm' or m.startswith('vllm.') for m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_real_vllm033_builder_seam() -> None:
+    base = pytest.importorskip("vllm.v1.core.kv_cache_config_builder")
+    interface = pytest.importorskip("vllm.v1.kv_cache_interface")
+    cls = vllm033.builder_class()
+    assert issubclass(cls, base.KVCacheConfigBuilder)
+    real = VllmClasses.from_namespace(interface)
+    spec = interface.FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=BF16)
+    assert to_vllm033_spec(from_vllm033_spec(spec, layer="l0"), classes=real) == spec
