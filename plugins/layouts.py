@@ -4,8 +4,9 @@ and vLLM 0.33's one backing allocation per worker, ``backing-layer-outer`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import ClassVar, cast
 
 from kvrules import (
@@ -58,14 +59,13 @@ class SharedPool(Layout):
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         page = self._page(groups)
-        size = max(len(g.layer_names) for g in groups)
-        return tuple(
-            KVCacheTensor(
-                page * num_blocks,
-                tuple(g.layer_names[i] for g in groups if i < len(g.layer_names)),
-            )
-            for i in range(size)
-        )
+        # tensor i holds layer i of every group that has one: a transposition of the groups
+        names = [g.layer_names for g in groups]
+        if len({len(n) for n in names}) == 1:
+            slots: Iterable[tuple[str, ...]] = zip(*names, strict=True)
+        else:
+            slots = (tuple(n for n in row if n is not None) for row in zip_longest(*names))
+        return tuple(KVCacheTensor(page * num_blocks, row) for row in slots)
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ class Planner:
             config=config,
             strategies=self.strategies,
             registries=self.registries,
-            workers=tuple(frozenset(w) for w in workers),
+            workers=tuple(w.keys() for w in workers),
             memory=tuple(memory),
         )
         return ctx, Asker(self.registries, ctx.decisions)
@@ -122,7 +122,10 @@ class Planner:
         kept, rest = partition(unified, ctx, ask)
         groups = kept + group(rest, ctx, ask)
         groups, resized = readd_hidden_states(hidden, groups, ask)
-        return Grouping(router.name, tuple(groups), final_specs({**converted, **unified, **resized}, groups))
+        planned = (
+            unified if not hidden and len(unified) == len(converted) else {**converted, **unified, **resized}
+        )
+        return Grouping(router.name, tuple(groups), final_specs(planned, groups))
 
     def plan(
         self, specs: SpecsInput, available_memory: MemoryInput, config: EngineConfig | None = None

@@ -12,5 +12,8 @@ from kvrules.specs.base import KVCacheSpec
 def project(
     groups: Sequence[KVCacheGroup], workers: Sequence[Mapping[str, KVCacheSpec]]
 ) -> list[tuple[KVCacheGroup, ...]]:
-    """For each worker, every group restricted to the layers that worker holds."""
+    """For each worker, every group restricted to the layers that worker holds (a lone worker
+    holds every layer of the model: its groups are the global ones, with no per-layer lookup)."""
+    if len(workers) == 1:
+        return [tuple(groups)]
     return [tuple(project_group(g, specs) for g in groups) for specs in workers]

@@ -252,7 +252,9 @@ class Asker:
         :raises PluginError: naming ``obj`` when a spec it made answers like no valid spec
             (a spec type's own code raising is blamed on that spec type's plugin).
         """
-        known = {id(spec) for spec in given.values()}
+        known = set(map(id, given.values()))
+        if isinstance(made, Mapping) and known.issuperset(map(id, made.values())):
+            return  # every spec object was given (checked before): no per-layer loop
         seen: set[KVCacheSpec] = set()
         for layer, spec in made.items() if isinstance(made, Mapping) else made:
             if id(spec) in known:
@@ -535,12 +537,8 @@ def _name(kind: str, obj: Any) -> str:
 
 def snapshot(specs: Mapping[str, Any]) -> dict[int, tuple[Any, tuple[Any, ...]]]:
     """Field values of every distinct spec object in ``specs`` (to catch a plugin mutating them)."""
-    out: dict[int, tuple[Any, tuple[Any, ...]]] = {}
-    for spec in specs.values():
-        key = id(spec)
-        if key not in out:
-            out[key] = (spec, spec.field_values())
-    return out
+    distinct = dict(zip(map(id, specs.values()), specs.values(), strict=True))  # C-level: few distinct
+    return {key: (spec, spec.field_values()) for key, spec in distinct.items()}
 
 
 def changed_in_place(before: Mapping[int, tuple[Any, tuple[Any, ...]]]) -> str | None:

@@ -5,6 +5,7 @@ back into the pipeline (a stage's result is returned by the stage, never stored 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,8 @@ class PlanContext:
     :ivar strategies: the active rules by kind.
     :ivar decisions: the decision log (``record`` appends to it).
     :ivar registries: everything plugins registered (spec types, rules, allocators).
-    :ivar workers: each worker's (pipeline stage's) layer names; empty when not planning.
+    :ivar workers: each worker's (pipeline stage's) layer names (a set, or a view of the worker's
+        spec mapping's keys: read it, do not keep it); empty when not planning.
     :ivar memory: each worker's KV-cache bytes, in the order of ``workers``.
     :ivar cache: scratch space for rules during one plan (key by rule name; dropped with the context).
     """
@@ -37,7 +39,7 @@ class PlanContext:
     strategies: StrategySet
     registries: Registries
     decisions: DecisionLog = field(default_factory=DecisionLog)
-    workers: tuple[frozenset[str], ...] = ()
+    workers: tuple[AbstractSet[str], ...] = ()
     memory: tuple[int, ...] = ()
     cache: dict[Any, Any] = field(default_factory=dict)
 

@@ -25,6 +25,7 @@ grouping and its own with :func:`grouping_cost` on the plan's :class:`Pool` and 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -113,7 +114,7 @@ class Pool:
     :ivar num_blocks: ``num_gpu_blocks_override``, when set.
     """
 
-    workers: tuple[frozenset[str], ...] = ()
+    workers: tuple[AbstractSet[str], ...] = ()
     memory: tuple[int, ...] = ()
     num_blocks: int | None = None
 
@@ -212,7 +213,7 @@ def grouping_cost(
     width = max(len(g.layer_names) for g in live)
     blocks = [g.spec.blocks_per_request(config) for g in live]
     total = sum(blocks)
-    workers = pool.workers or (frozenset(n for g in live for n in g.layer_names),)
+    workers: tuple[AbstractSet[str], ...] = pool.workers or (frozenset(),)  # none known: one with every layer
     best: tuple[Fraction, int, list[int]] | None = None
     for index, layers in enumerate(workers):
         if len(workers) == 1:  # one worker holds every layer of the model: no need to count
