@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import compress, repeat
+from operator import not_
 from typing import cast
 
 from kvrules import KVCacheGroup, KVCacheSpec, PluginError, hookimpl
@@ -175,7 +177,8 @@ class SpeculatorGroup(Partitioner):
         return cast("_Choice | str", cached)
 
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
-        draft = [name for name in specs if ctx.config.is_draft_layer(name)]
+        marks = draft_marks(specs, ctx)
+        draft = list(compress(specs, marks))
         prefixes = ", ".join(ctx.config.draft_layer_prefixes)
         if not draft:
             return f"no layer name starts with a draft prefix ({prefixes})."
@@ -184,9 +187,8 @@ class SpeculatorGroup(Partitioner):
         blocker = shared_pool_blocker(specs)
         if blocker:
             return blocker + "."
-        chosen = set(draft)
-        target = {n: s for n, s in specs.items() if n not in chosen}
-        buckets = buckets_by_spec(target) + buckets_by_spec({n: specs[n] for n in draft})
+        target = dict(compress(specs.items(), map(not_, marks)))
+        buckets = buckets_by_spec(target) + buckets_by_spec(dict(compress(specs.items(), marks)))
         pool = Pool.of(ctx)
         vllm = grouping_cost(vllm_grouping(specs), ctx.config, pool)
         best, considered, over_cap = search(buckets, ctx.config, self.max_groups, pool)
@@ -201,7 +203,7 @@ class SpeculatorGroup(Partitioner):
         choice = self._choose(specs, ctx)
         if isinstance(choice, str):
             return declines(choice)
-        drafts = sum(1 for n in specs if ctx.config.is_draft_layer(n))
+        drafts = sum(draft_marks(specs, ctx))
         return applies(
             f"{drafts} draft layers get groups of their own at group size {choice.chosen.cost.group_size}."
         )
@@ -212,13 +214,25 @@ class SpeculatorGroup(Partitioner):
         choice = self._choose(specs, ctx)
         if isinstance(choice, str):
             raise PluginError(f"rule {self.name!r} was asked to partition although it declines: {choice}")
+        prefixes = ctx.config.draft_layer_prefixes
         draft_groups = sum(
-            1 for g in choice.chosen.groups if all(ctx.config.is_draft_layer(n) for n in g.layer_names)
+            1 for g in choice.chosen.groups if all(map(str.startswith, g.layer_names, repeat(prefixes)))
         )
         choice.record(
             ctx, self.name, f"draft layers in {draft_groups} group(s) of their own; ", self.max_groups
         )
         return list(choice.chosen.groups), {}
+
+
+def draft_marks(specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[bool]:
+    """Whether each layer of ``specs`` (in order) is a draft layer (``EngineConfig.is_draft_layer``),
+    computed once per plan and without a Python call per layer."""
+    key = ("draft-marks", id(specs), len(specs))
+    marks = ctx.cache.get(key)
+    if marks is None:
+        prefixes = ctx.config.draft_layer_prefixes
+        marks = ctx.cache[key] = list(map(str.startswith, specs, repeat(prefixes)))
+    return cast("list[bool]", marks)
 
 
 @hookimpl

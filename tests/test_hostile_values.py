@@ -535,3 +535,35 @@ def test_extreme_in_bound_values_plan_or_raise_a_kvrules_error(
         event(f"allocation refused: {type(error).__name__}")
         return
     assert allocation.nbytes <= plan.workers[0].available_memory
+
+
+def test_the_grouping_search_asks_each_distinct_shape_once_in_closed_form() -> None:
+    """``shape_changes`` finds the first size of every distinct ``cdiv(length, size)`` shape that a
+    scan over every size from 1 to the longest bucket finds, with O(sqrt) sizes, not one per layer."""
+    from kvrules.plugin.grouping import shape_changes
+    from kvrules.specs.base import cdiv
+
+    def scan(lengths: list[int]) -> list[int]:
+        seen: set[tuple[int, ...]] = set()
+        first = []
+        for size in range(1, max(lengths) + 1):
+            shape = tuple(cdiv(n, size) for n in lengths)
+            if shape not in seen:
+                seen.add(shape)
+                first.append(size)
+        return first
+
+    def firsts(lengths: list[int]) -> list[int]:
+        seen: set[tuple[int, ...]] = set()
+        out = []
+        for size in shape_changes(lengths):
+            shape = tuple(cdiv(n, size) for n in lengths)
+            if shape not in seen:
+                seen.add(shape)
+                out.append(size)
+        return out
+
+    for lengths in ([1], [7], [48], [36, 12], [100, 99, 3], [0, 5], [64, 64, 1], [97, 250, 13, 2]):
+        assert firsts(lengths) == scan(lengths), lengths
+    assert shape_changes([0, 0]) == []
+    assert len(shape_changes([875_000, 125_000])) < 4_000  # a scan would ask 875,000 sizes

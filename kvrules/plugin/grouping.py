@@ -252,6 +252,24 @@ def _choice_key(candidate: Candidate) -> tuple[Fraction, int, int, int]:
     return (-cost.capacity, cost.groups, cost.padding_slots, -cost.group_size)
 
 
+def shape_changes(lengths: Sequence[int]) -> list[int]:
+    """The group sizes from 1 to ``max(lengths)`` at which some bucket's group count
+    ``cdiv(length, size)`` changes, ascending: the first size of every distinct shape.
+
+    ``cdiv(L, s)`` takes about ``2 sqrt(L)`` values as ``s`` runs from 1 to ``L``; after a size with
+    count ``v`` the count next drops at ``cdiv(L, v - 1)``. So the search asks
+    ``O(buckets x sqrt(layers))`` sizes instead of one per layer of the longest bucket.
+    """
+    sizes: set[int] = set()
+    for length in lengths:
+        size = 1
+        while size <= length:
+            sizes.add(size)
+            count = cdiv(length, size)
+            size = cdiv(length, count - 1) if count > 1 else length + 1
+    return sorted(sizes)
+
+
 def search(
     buckets: Sequence[Bucket], config: EngineConfig, max_groups: int, pool: Pool | None = None
 ) -> tuple[Candidate | None, list[Candidate], int]:
@@ -267,9 +285,9 @@ def search(
     considered: list[Candidate] = []
     over_cap = 0
     lengths = [len(names) for _, names in buckets]
-    for size in range(1, max(lengths) + 1):
-        # the groups per bucket decide the whole shape; count before building anything, so the
-        # search stays linear in the layer count (only shapes within the cap are materialised)
+    for size in shape_changes(lengths):
+        # the groups per bucket decide the whole shape; count before building anything (only
+        # shapes within the cap are materialised)
         counts = tuple(cdiv(length, size) for length in lengths)
         if counts in seen:
             continue
