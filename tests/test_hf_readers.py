@@ -436,3 +436,27 @@ def test_the_registry_names_every_field_the_architectures_read() -> None:
     assert "num_hidden_layers" in read  # the scan finds the accessors
     missing = {k: f for k, f in read.items() if k not in defaults.CACHE_FIELDS and k not in NOT_CACHE_FIELDS}
     assert missing == {}, "add these to kvrules.hf.defaults.CACHE_FIELDS (with their class defaults)"
+
+
+@pytest.mark.parametrize("reader", ["builtin", "transformers"])
+def test_a_non_finite_float_as_transformers_saves_it_is_read(reader: str, tmp_path: Path) -> None:
+    """transformers 5 writes Mamba2's ``time_step_limit`` ``(0.0, inf)`` as ``[0.0, {"__float__":
+    "Infinity"}]``; both readers take such a file (transformers refused it when handed the raw
+    object: "doesn't match any type in (list[float], ...)")."""
+    if reader == "transformers":
+        pytest.importorskip("transformers")
+    data = json.loads(
+        (ROOT / "tests" / "data" / "hf" / "state-spaces__mamba2-2.7b" / "config.json").read_text()
+    )
+    data["time_step_limit"] = [0.0, {"__float__": "Infinity"}]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    config = HFConfig.load(tmp_path, reader=reader)
+    assert config.integer("num_hidden_layers") == data["num_hidden_layers"]
+
+
+def test_special_floats_decodes_only_the_tagged_objects() -> None:
+    decoded = tf.special_floats({"a": [0.0, {"__float__": "Infinity"}], "b": {"__float__": "-Infinity"}})
+    assert decoded["a"][1] == math.inf and decoded["b"] == -math.inf
+    assert math.isnan(tf.special_floats({"__float__": "NaN"}))
+    untouched = {"__float__": "many"}, {"__float__": "Infinity", "other": 1}
+    assert [tf.special_floats(v) for v in untouched] == list(untouched)

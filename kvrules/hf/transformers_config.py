@@ -20,6 +20,7 @@ import copy
 import functools
 import importlib
 import importlib.util
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -195,6 +196,23 @@ def _values(text_config: Any) -> dict[str, Any]:
     return values
 
 
+#: how transformers writes a float JSON cannot hold (``{"__float__": "Infinity"}``), and its value
+SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def special_floats(value: Any) -> Any:
+    """``value`` with every ``{"__float__": "Infinity"}`` object (how transformers 5 saves a
+    non-finite float, e.g. Mamba2's ``time_step_limit`` ``(0.0, inf)``) turned back into the float,
+    as transformers does when it reads its own files; anything else unchanged."""
+    if isinstance(value, dict):
+        if len(value) == 1 and value.get("__float__") in SPECIAL_FLOATS:
+            return SPECIAL_FLOATS[value["__float__"]]
+        return {key: special_floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [special_floats(item) for item in value]
+    return value
+
+
 def read_with_transformers(cls: Any, data: Mapping[str, Any], source: str, where: Any) -> TransformersReading:
     """Build ``cls`` (from :func:`transformers_class`) from ``data`` and read its text config.
 
@@ -202,7 +220,7 @@ def read_with_transformers(cls: Any, data: Mapping[str, Any], source: str, where
     """
     try:
         with _quiet():
-            config = cls.from_dict(copy.deepcopy(dict(data)))
+            config = cls.from_dict(special_floats(copy.deepcopy(dict(data))))
             text_config = config.get_text_config()
             values = _values(text_config)
     except KVRulesError:
