@@ -18,6 +18,7 @@ from kvrules import (
     KVCacheSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
+    SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
     hookimpl,
 )
@@ -176,8 +177,10 @@ class DeepseekV4Packing(Router):
 class LayoutPacking(DeepseekV4Packing):
     """vLLM 0.33's layout-driven packing: with a block-outermost KV-cache layout
     (``EngineConfig.kv_cache_layout``) and mixed pages, each block holds every group's pages back
-    to back. The groups are those of DeepSeek-V4's layer-tuple packing (the same groups vLLM
-    0.33 forms on the shared cases); models other than MLA / sliding-window MLA are declined."""
+    to back. The groups are vLLM 0.33's ``_get_packed_kv_cache_groups``: greedy uniform-type
+    buckets in the order of their first layer (group ids index block tables, so the order is part
+    of the answer), 1:1 patterns split by :func:`approximate_gcd`, sliding-window state buckets
+    capped at what a block holds. Models other than MLA / sliding-window MLA are declined."""
 
     name: str = "layout-packing"
     priority: int = 200
@@ -211,7 +214,129 @@ class LayoutPacking(DeepseekV4Packing):
         )
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        return self.tuple_groups(specs, ctx)
+        """vLLM 0.33's ``_get_packed_kv_cache_groups``: the buckets in order of their first
+        layer, each emitted whole or cut into groups of ``n`` pattern repeats."""
+        buckets = [PackBucket.of(b) for b in greedy_buckets(specs)]
+        repeats = repeats_per_group(buckets)
+        anchor = anchor_bytes(buckets, repeats)
+        groups = [g for b in buckets for g in b.groups(bucket_group_count(b, repeats, anchor))]
+        ctx.decisions.record(
+            "group",
+            self.name,
+            "applied",
+            f"{len(buckets)} uniform-type buckets in layer order, {repeats} pattern repeats per "
+            f"group, {anchor} bytes per block anchor; {len(groups)} groups.",
+        )
+        return groups
+
+
+def greedy_buckets(specs: Mapping[str, KVCacheSpec]) -> list[dict[str, KVCacheSpec]]:
+    """Each layer joins the first bucket it keeps uniform-type, else opens a new one; buckets
+    keep the order of their first layer (vLLM 0.33's greedy bucketing)."""
+    buckets: list[dict[str, KVCacheSpec]] = []
+    for name, spec in specs.items():
+        home = next((b for b in buckets if UniformTypeKVCacheSpecs.is_uniform_type({**b, name: spec})), None)
+        if home is None:
+            buckets.append({name: spec})
+        else:
+            home[name] = spec
+    return buckets
+
+
+@dataclass(frozen=True)
+class PackBucket:
+    """One uniform-type bucket of the packed path, its layers by page size in layer order."""
+
+    specs: dict[str, KVCacheSpec]
+    by_page: dict[int, list[str]]
+
+    @classmethod
+    def of(cls, specs: dict[str, KVCacheSpec]) -> PackBucket:
+        """The bucket over ``specs`` (non-empty, uniform-type)."""
+        by_page: dict[int, list[str]] = {}
+        for name, spec in specs.items():
+            by_page.setdefault(spec.page_size_bytes, []).append(name)
+        return cls(specs, by_page)
+
+    @property
+    def balanced(self) -> bool:
+        """Every page size has as many layers (a 1:1 layer pattern)."""
+        return len({len(names) for names in self.by_page.values()}) == 1
+
+    @property
+    def repeats(self) -> int:
+        """Layers of the most frequent page size (``get_max_layers_per_page_size``)."""
+        return max(len(names) for names in self.by_page.values())
+
+    @property
+    def first_page(self) -> int:
+        """Page bytes of the bucket's first layer."""
+        return next(iter(self.specs.values())).page_size_bytes
+
+    def widest_group_bytes(self, count: int) -> int:
+        """Page bytes of the largest of ``count`` groups this bucket splits into."""
+        return sum(cdiv(len(names), count) * page for page, names in self.by_page.items())
+
+    def groups(self, count: int) -> list[KVCacheGroup]:
+        """The bucket whole (``count`` 1) or cut into ``count`` groups of pattern repeats."""
+        block = next(iter(self.specs.values())).block_size
+        if count == 1:
+            return [KVCacheGroup(tuple(self.specs), UniformTypeKVCacheSpecs(block, dict(self.specs)))]
+        if not self.balanced:
+            counts = {page: len(names) for page, names in self.by_page.items()}
+            raise GroupingError(
+                f"layout-packing: the bucket of {next(iter(self.specs))!r} must be cut into {count} "
+                f"groups but its page sizes occur {counts} times (no 1:1 layer pattern)"
+            )
+        repeats = list(zip(*self.by_page.values(), strict=True))
+        out = []
+        for i in range(count):
+            names = [name for repeat in repeats[i::count] for name in repeat]
+            out.append(
+                KVCacheGroup(tuple(names), UniformTypeKVCacheSpecs(block, {n: self.specs[n] for n in names}))
+            )
+        return out
+
+
+def repeats_per_group(buckets: list[PackBucket]) -> int | None:
+    """Pattern repeats per group: at least the largest balanced mixed-page bucket (it stays
+    whole), chosen by :func:`approximate_gcd` over the balanced buckets; None without one."""
+    floor = max((b.repeats for b in buckets if b.balanced and len(b.by_page) > 1), default=0)
+    if not floor:
+        return None
+    return approximate_gcd([b.repeats for b in buckets if b.balanced], lower_bound=floor)
+
+
+def _is_state_bucket(bucket: PackBucket, repeats: int | None) -> bool:
+    """A sliding-window bucket with no repeat pattern to follow may go down to one state per group."""
+    first = next(iter(bucket.specs.values()))
+    return repeats is None and isinstance(first, SlidingWindowSpec)
+
+
+def _pattern_group_count(bucket: PackBucket, repeats: int | None) -> int:
+    return cdiv(bucket.repeats, repeats) if bucket.balanced and repeats is not None else 1
+
+
+def anchor_bytes(buckets: list[PackBucket], repeats: int | None) -> int:
+    """Bytes a block must hold however the state buckets are split (0 without buckets)."""
+    return max(
+        (
+            b.widest_group_bytes(
+                len(b.specs) if _is_state_bucket(b, repeats) else _pattern_group_count(b, repeats)
+            )
+            for b in buckets
+        ),
+        default=0,
+    )
+
+
+def bucket_group_count(bucket: PackBucket, repeats: int | None, anchor: int) -> int:
+    """Groups ``bucket`` is cut into; a state bucket is capped at the states a block already fits."""
+    count = _pattern_group_count(bucket, repeats)
+    if anchor and _is_state_bucket(bucket, repeats):
+        per_block = max(anchor // bucket.first_page, 1)
+        count = max(count, cdiv(len(bucket.specs), per_block))
+    return count
 
 
 def flag_eagle_group(

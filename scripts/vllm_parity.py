@@ -3,7 +3,8 @@
 ``cases``     plan every shared case through vLLM's own ``get_kv_cache_configs`` and again with
               ``kvrules.integrations.vllm.install()``, and compare the results field by field
               (also ``get_kv_cache_groups`` and ``unify_kv_cache_spec_page_size``);
-``hf-cache``  write the stand-in Hugging Face configs vLLM's tests need (offline machines).
+``hf-cache``  lay tests/data/hf-cache's configs out as the offline Hugging Face cache vLLM's
+              tests need (``hf-cache HOME [--from DIR]``).
 """
 
 from __future__ import annotations
@@ -36,62 +37,45 @@ VLLM_TYPES = {
     "hidden_state_cache": "HiddenStateCacheSpec",
 }
 
-#: Architecture-only config.json files for the models vLLM's tests name in ``ModelConfig``;
-#: the public hyper-parameters of each model (no weights, no tokenizer). Machines without
-#: access to the Hugging Face hub read them from a private HF_HOME.
-HF_CONFIGS: dict[str, dict[str, Any]] = {
-    "Qwen/Qwen3-0.6B": {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "max_position_embeddings": 40960,
-        "vocab_size": 151936,
-        "rms_norm_eps": 1e-06,
-        "rope_theta": 1000000,
-        "tie_word_embeddings": True,
-        "torch_dtype": "bfloat16",
-        "bos_token_id": 151643,
-        "eos_token_id": 151645,
-        "hidden_act": "silu",
-    },
-    "Qwen/Qwen1.5-7B": {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": 4096,
-        "intermediate_size": 11008,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 32,
-        "max_position_embeddings": 32768,
-        "vocab_size": 151936,
-        "rms_norm_eps": 1e-06,
-        "rope_theta": 1000000.0,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "bos_token_id": 151643,
-        "eos_token_id": 151643,
-        "hidden_act": "silu",
-        "sliding_window": 32768,
-        "use_sliding_window": False,
-    },
-}
+#: Configs-only Hugging Face files (``ORG/NAME/config.json``, the published config of each model
+#: vLLM's tests name in ``ModelConfig``; see its NOTES.md). Offline machines read them from a
+#: private HF_HOME laid out by :func:`write_hf_cache`.
+HF_CACHE_FILES = REPO / "tests" / "data" / "hf-cache"
+#: the hub revision every stand-in snapshot is filed under
+HF_REVISION = "0" * 40
 
 
-def write_hf_cache(home: Path) -> None:
-    """Lay the stand-in configs out as a Hugging Face hub cache under ``home``."""
-    revision = "0" * 40
-    for repo, config in HF_CONFIGS.items():
+def hf_configs(source: Path = HF_CACHE_FILES) -> dict[str, Path]:
+    """Repository id (``ORG/NAME``) -> its ``config.json`` under ``source``; at least one."""
+    found = {f"{f.parent.parent.name}/{f.parent.name}": f for f in sorted(source.glob("*/*/config.json"))}
+    if not found:
+        raise SystemExit(f"vllm_parity: no ORG/NAME/config.json under {source}")
+    return found
+
+
+def _check_json(path: Path) -> None:
+    """Refuse a ``config.json`` that is not a JSON object, naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"vllm_parity: {path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or "architectures" not in data:
+        raise SystemExit(f"vllm_parity: {path} is not a model config (no 'architectures')")
+
+
+def write_hf_cache(home: Path, source: Path = HF_CACHE_FILES) -> list[str]:
+    """Lay every config under ``source`` out as a Hugging Face hub cache under ``home``
+    (``hub/models--ORG--NAME/{refs/main,snapshots/REV/config.json}``); returns the repository ids."""
+    repos = hf_configs(source)
+    for repo, config in repos.items():
+        _check_json(config)
         base = home / "hub" / ("models--" + repo.replace("/", "--"))
         (base / "refs").mkdir(parents=True, exist_ok=True)
-        (base / "refs" / "main").write_text(revision)
-        snapshot = base / "snapshots" / revision
+        (base / "refs" / "main").write_text(HF_REVISION)
+        snapshot = base / "snapshots" / HF_REVISION
         snapshot.mkdir(parents=True, exist_ok=True)
-        (snapshot / "config.json").write_text(json.dumps(config, indent=1))
+        (snapshot / "config.json").write_bytes(config.read_bytes())
+    return list(repos)
 
 
 # -- building vLLM inputs from a case --------------------------------------------------------
@@ -104,10 +88,12 @@ class SpeculativeStandIn:
         self.num_nextn_predict_layers = data.get("num_nextn_predict_layers", 1)
 
     def use_multi_module_mtp(self) -> bool:
-        return self.method == "mtp" and min(self.num_nextn_predict_layers, self.num_speculative_tokens) > 1
+        return bool(
+            self.method == "mtp" and min(self.num_nextn_predict_layers, self.num_speculative_tokens) > 1
+        )
 
     def use_eagle(self) -> bool:
-        return self.method in ("eagle", "eagle3", "mtp", "dflash", "dspark")
+        return bool(self.method in ("eagle", "eagle3", "mtp", "dflash", "dspark"))
 
 
 def stand_in_config(settings: dict[str, Any], speculative: dict[str, Any] | None = None) -> SimpleNamespace:
@@ -254,8 +240,8 @@ class Parity:
     """Runs one planning call through vLLM and through kvrules and keeps the differences."""
 
     def __init__(self, strategies: str) -> None:
-        import vllm.v1.core.kv_cache_utils as utils
-        import vllm.v1.kv_cache_interface as interface
+        import vllm.v1.core.kv_cache_utils as utils  # type: ignore[import-not-found,unused-ignore]
+        import vllm.v1.kv_cache_interface as interface  # type: ignore[import-not-found,unused-ignore]
 
         from kvrules.integrations import vllm as kv_vllm
 
@@ -361,7 +347,7 @@ def probes(interface: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], An
             },
         },
     }
-    out = [
+    out: list[tuple[str, dict[str, Any], dict[str, Any], Any]] = [
         ("hybrid manager disabled, full bs 64 + sliding window bs 16", mixed_blocks, base, None),
         (
             "hidden-state layer beside full bs 32 + sliding window bs 16",
@@ -445,12 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     cases.add_argument("--brief", action="store_true", help="only groups, blocks and capacity side by side")
     hf = sub.add_parser("hf-cache")
     hf.add_argument("home", type=Path)
+    hf.add_argument("--from", dest="source", type=Path, default=HF_CACHE_FILES)
     args = parser.parse_args(argv)
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     if args.command == "hf-cache":
-        write_hf_cache(args.home)
+        print("hf-cache:", ", ".join(write_hf_cache(args.home, args.source)))
         return 0
     if args.brief:
         return compare_capacity(args.cases, args.strategies)

@@ -22,7 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import case_loader  # noqa: E402
+import case_loader  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
 
 from kvrules.integrations import vllm033, vllm_platform  # noqa: E402
 from kvrules.integrations.vllm033_specs import to_vllm033_spec  # noqa: E402
@@ -47,7 +47,7 @@ class Speculative:
 def vllm_config(settings: dict[str, Any], layout: str) -> SimpleNamespace:
     """A stand-in ``VllmConfig`` holding every field the 0.33 planner reads (the case's
     ``config_fields_read``)."""
-    from vllm.config.cache import CacheConfig
+    from vllm.config.cache import CacheConfig  # type: ignore[import-not-found,unused-ignore]
 
     cache = SimpleNamespace(
         num_gpu_blocks_override=settings.get("num_gpu_blocks_override"),
@@ -86,8 +86,8 @@ def vllm_config(settings: dict[str, Any], layout: str) -> SimpleNamespace:
 
 def plan_with_vllm(case: Any, settings: dict[str, Any], layout: str) -> dict[str, Any]:
     """vLLM 0.33's Core with whatever builder the platform hook names now."""
-    from vllm.v1.core import kv_cache_planning as planning
-    from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
+    from vllm.v1.core import kv_cache_planning as planning  # type: ignore[import-not-found,unused-ignore]
+    from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config  # type: ignore[import-not-found,unused-ignore]
 
     classes = vllm_classes()
     cfg = vllm_config(settings, layout)
@@ -148,7 +148,8 @@ def _lit(value: Any) -> Any:
 
 def attempt(fn: Any) -> dict[str, Any]:
     try:
-        return fn()
+        result: dict[str, Any] = fn()
+        return result
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
 
@@ -165,7 +166,7 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def run(strategies: str) -> int:
     """Every case twice; returns the number of cases where kvrules differs from vLLM."""
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # type: ignore[import-not-found,unused-ignore]
 
     platform = type(current_platform)
     counts = {"identical": 0, "differ": 0}

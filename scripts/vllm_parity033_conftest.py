@@ -6,7 +6,10 @@ It defines the `caplog_vllm` fixture and registers the markers. When `KVRULES_PA
 strategy set, it sets the platform hook `get_kv_cache_config_builder_cls` on the active platform
 class before any test module is imported (`set_platform_hook`), and again before every test.
 Each test is classified by whether kvrules' builder planned during it; the rest are counted
-"not applicable". The summary prints the counts and lists every failure.
+"not applicable". The summary prints a passed / failed / not applicable table per file, then each
+failure: expected by design (``EXPECTED_FAILURES``, with its reason) or not. With kvrules
+selected the run's exit status is 0 exactly when every failure is an expected one and every
+expected one failed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ OUTCOMES: dict[str, str] = {}
 DETAILS: dict[str, str] = {}
 REACHED: dict[str, bool] = {}
 ENV = "KVRULES_PARITY_033"
+
+#: Tests that fail by design with kvrules selected (test function, without parameters) -> why.
+EXPECTED_FAILURES: dict[str, str] = {
+    "tests/v1/core/test_kv_cache_planning.py::test_hisparse_pool_must_fit_max_model_len": (
+        "HiSparse is out of scope: kvrules refuses MLAAttentionSpec.is_index_group_leader=True "
+        "with a SpecError naming the layer and the field, where vLLM expects its own admission "
+        "ValueError (docs/vllm.md, the 0.33 field table)"
+    ),
+}
 
 
 def _counting(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,22 +102,63 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         OUTCOMES.setdefault(report.nodeid, "passed")
 
 
+def expected_reason(nodeid: str) -> str | None:
+    """Why ``nodeid`` fails by design with kvrules selected, or None when it should pass."""
+    base = nodeid.split("[", 1)[0]
+    return EXPECTED_FAILURES.get(base)
+
+
+def file_rows() -> list[tuple[str, int, int, int]]:
+    """Per test file: (path, passed, failed, not applicable); a test is applicable only if
+    kvrules' builder planned during it."""
+    rows = []
+    for path in sorted({n.split("::")[0] for n in OUTCOMES}):
+        mine = {n: o for n, o in OUTCOMES.items() if n.startswith(path + "::")}
+        applicable = [o for n, o in mine.items() if REACHED.get(n)]
+        rows.append(
+            (path, applicable.count("passed"), applicable.count("failed"), len(mine) - len(applicable))
+        )
+    return rows
+
+
+def verdict() -> tuple[list[str], list[str], list[str]]:
+    """(expected failures, unexpected failures, listed failures that did not fail), by node id.
+    A failure where kvrules did not plan is unexpected too: vLLM alone fails there."""
+    failed = {n for n, o in OUTCOMES.items() if o == "failed"}
+    expected = sorted(n for n in failed if REACHED.get(n) and expected_reason(n))
+    unexpected = sorted(failed - set(expected))
+    listed = {n for n in OUTCOMES if expected_reason(n)}
+    return expected, unexpected, sorted(listed - failed)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With kvrules selected, only an unexpected failure (or a listed one that passed) fails the run."""
+    if os.environ.get(ENV) and OUTCOMES:
+        _, unexpected, stale = verdict()
+        session.exitstatus = 1 if unexpected or stale else 0
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not os.environ.get(ENV):
         return
     write = terminalreporter.write_line
-    files = sorted({n.split("::")[0] for n in OUTCOMES})
-    write("kvrules parity (vLLM 0.33, platform hook): per file, tests during which kvrules planned")
-    for path in files:
-        mine = {n: o for n, o in OUTCOMES.items() if n.startswith(path + "::")}
-        applicable = [o for n, o in mine.items() if REACHED.get(n)]
-        na = len(mine) - len(applicable)
-        write(
-            f"  {path}: passed {applicable.count('passed')}, failed {applicable.count('failed')}, "
-            f"skipped {applicable.count('skipped')}, not applicable {na} "
-            f"({sum(1 for n, o in mine.items() if not REACHED.get(n) and o == 'failed')} of them failed)"
-        )
-    for nodeid, outcome in sorted(OUTCOMES.items()):
-        if outcome == "failed":
-            where = "kvrules" if REACHED.get(nodeid) else "vLLM only"
-            write(f"  FAILED {nodeid} [{where}]: {DETAILS.get(nodeid, '')}")
+    write(f"kvrules parity (vLLM 0.33, platform hook, {os.environ[ENV]}): applicable = kvrules planned")
+    write("| file | passed | failed | not applicable |")
+    write("|---|---|---|---|")
+    for path, passed, failed, na in file_rows():
+        write(f"| {path} | {passed} | {failed} | {na} |")
+    expected, unexpected, stale = verdict()
+    for base, reason in EXPECTED_FAILURES.items():
+        hits = [
+            n.split("[", 1)[1].rstrip("]") if "[" in n else "" for n in expected if n.split("[", 1)[0] == base
+        ]
+        if hits:
+            write(f"  expected by design, {len(hits)} x {base} [{', '.join(hits)}]: {reason}")
+    for nodeid in unexpected:
+        where = "kvrules" if REACHED.get(nodeid) else "vLLM only"
+        write(f"  UNEXPECTED FAILURE {nodeid} [{where}]: {DETAILS.get(nodeid, '')}")
+    for nodeid in stale:
+        write(f"  LISTED BUT NOT FAILED {nodeid} (update EXPECTED_FAILURES)")
+    write(
+        f"  {len(expected)} expected failures, {len(unexpected)} unexpected, {len(stale)} listed but not failed"
+    )

@@ -4,9 +4,11 @@ as ``EngineConfig.kv_cache_layout``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 from case_loader import (
@@ -22,11 +24,22 @@ from case_loader import (
 )
 
 import kvrules
-from kvrules import EngineConfig, KVRulesError, Planner, UnificationError
+from kvrules import (
+    EngineConfig,
+    GroupingError,
+    KVCacheSpec,
+    KVRulesError,
+    MLAAttentionSpec,
+    Planner,
+    SlidingWindowMLASpec,
+    UnificationError,
+)
 from kvrules.plan import plan_json_schema
+from kvrules.plugin import Layout
 from kvrules.plugin.presets import BUILTIN_PRESETS, PRESET_ALIASES
 
 NAMES = case_names("vllm-0.33")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_case_has_a_033_answer() -> None:
@@ -46,6 +59,8 @@ def test_plan_matches_vllm_033(name: str) -> None:
     plan = planner.plan(case.workers, case.memory, case.config)
     expected_groups = sorted(sorted(g["layer_names"]) for g in answer["kv_cache_groups"])
     assert sorted(sorted(g.layer_names) for g in plan.groups) == expected_groups
+    # group ids index block tables: vLLM's group order (and layer order inside a group) counts
+    assert [list(g.layer_names) for g in plan.groups] == [g["layer_names"] for g in answer["kv_cache_groups"]]
     assert not any(g.is_eagle_group for g in plan.groups)
     for layer, triple in expected_layer_specs(answer).items():
         assert kv_triple(plan.specs[layer]) == triple, layer
@@ -130,6 +145,63 @@ def test_an_unknown_layout_is_refused_naming_the_field(value: object) -> None:
         EngineConfig(max_model_len=16, kv_cache_layout=value)  # type: ignore[arg-type]
 
 
+def _swa(head: int, window: int = 128) -> SlidingWindowMLASpec:
+    return SlidingWindowMLASpec(
+        block_size=64, num_kv_heads=1, head_size=head, dtype="bfloat16", sliding_window=window
+    )
+
+
+def _mla(head: int) -> MLAAttentionSpec:
+    return MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=head, dtype="bfloat16")
+
+
+def _packed_groups(specs: dict[str, KVCacheSpec]) -> list[list[str]]:
+    config = EngineConfig(max_model_len=4096, kv_cache_layout="BLNHC")
+    plan = Planner("vllm-0.33").plan([specs], [1 << 30], config)
+    assert plan.route == "layout-packing"
+    return [list(g.layer_names) for g in plan.groups]
+
+
+def test_packed_groups_follow_the_first_layer_of_each_bucket() -> None:
+    """vLLM 0.33.0's _get_packed_kv_cache_groups on this shape (run in venv-0.33): buckets in
+    layer order, the 1:1 MLA pattern whole, the sliding-window buckets split to match it."""
+    specs: dict[str, KVCacheSpec] = {}
+    for i in range(6):
+        specs[f"l{i}.swa"] = _swa(512)
+        if i % 2:
+            specs |= {f"l{i}.attn": _mla(576), f"l{i}.idx": _mla(128)}
+        specs[f"l{i}.st"] = _swa(64, window=8)
+    assert _packed_groups(specs) == [
+        ["l0.swa", "l2.swa", "l4.swa"],
+        ["l1.swa", "l3.swa", "l5.swa"],
+        ["l0.st", "l2.st", "l4.st"],
+        ["l1.st", "l3.st", "l5.st"],
+        ["l1.attn", "l1.idx", "l3.attn", "l3.idx", "l5.attn", "l5.idx"],
+    ]
+
+
+def test_packed_state_buckets_are_capped_at_what_a_block_holds() -> None:
+    """No mixed-page pattern: a sliding-window bucket whose page exceeds the block's other needs
+    goes one state per group (vLLM 0.33.0's answer on this shape)."""
+    specs: dict[str, KVCacheSpec] = {}
+    for i in range(6):
+        specs |= {f"l{i}.swa": _swa(2048), f"l{i}.attn": _mla(64), f"l{i}.state": _swa(64, window=8)}
+    assert _packed_groups(specs) == [
+        *[[f"l{i}.swa"] for i in range(6)],
+        [f"l{i}.attn" for i in range(6)],
+        [f"l{i}.state" for i in range(6)],
+    ]
+
+
+def test_an_unbalanced_bucket_that_must_split_is_refused_naming_it() -> None:
+    from plugins.routers import PackBucket
+
+    bucket = PackBucket.of({"a": _swa(512), "b": _swa(64), "c": _swa(64)})
+    assert bucket.groups(1)[0].layer_names == ("a", "b", "c")
+    with pytest.raises(GroupingError, match=r"layout-packing: the bucket of 'a'.*\{\d+: 1, \d+: 2\}"):
+        bucket.groups(2)
+
+
 def test_the_null_block_is_reserved_only_in_the_memory_check() -> None:
     case = load_case("c8_gemma_autofit", "vllm-0.33")
     plan = Planner("vllm-0.33").plan(case.workers, case.memory, case.config)
@@ -199,6 +271,7 @@ def test_a_layer_outermost_layout_refuses_mixed_pages_in_several_groups() -> Non
         Planner("vllm-0.33").plan(case.workers, case.memory, layer_outer)
     packed = Planner("vllm-0.33").plan(case.workers, case.memory, case.config)
     layout = kvrules.get_plugin_manager().registries.rules.rules["backing-layer-outer"]
+    assert isinstance(layout, Layout)
     ctx, _ = Planner("vllm-0.33").context(layer_outer)
     check = layout.check(packed.groups, ctx)
     assert not check.applies and "validate_kv_cache_layout" in check.reason
@@ -229,3 +302,25 @@ def test_a_document_written_with_the_alias_reads_back_with_the_preset_name() -> 
     assert data["strategy_set"] == "vllm-0.28"
     data["strategy_set"] = "vllm+min-padding"  # as kvrules 0.1 wrote it
     assert kvrules.Plan.from_dict(data).strategy_set == "vllm-0.28+min-padding"
+
+
+# -- the configs-only Hugging Face cache scripts/vllm-parity lays out for vLLM's tests ------------
+def test_the_hf_cache_files_lay_out_as_an_offline_hub_cache(tmp_path: Path) -> None:
+    loader = importlib.util.spec_from_file_location("vllm_parity", REPO / "scripts" / "vllm_parity.py")
+    assert loader is not None and loader.loader is not None
+    parity = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(parity)
+    source = REPO / "tests" / "data" / "hf-cache"
+    repos = parity.write_hf_cache(tmp_path, source)
+    assert sorted(repos) == ["Qwen/Qwen1.5-7B", "Qwen/Qwen3-0.6B", "facebook/opt-125m"]
+    for repo in repos:
+        config = json.loads((source / repo / "config.json").read_text())
+        assert config["architectures"] and config["model_type"] and config["num_hidden_layers"] > 0, repo
+        base = tmp_path / "hub" / ("models--" + repo.replace("/", "--"))
+        revision = (base / "refs" / "main").read_text()
+        laid = base / "snapshots" / revision / "config.json"
+        assert laid.read_bytes() == (source / repo / "config.json").read_bytes()
+    (tmp_path / "bad" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "bad" / "a" / "b" / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"a/b/config.json is not a model config"):
+        parity.write_hf_cache(tmp_path / "home", tmp_path / "bad")
