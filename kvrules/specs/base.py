@@ -195,11 +195,14 @@ class KVCacheSpec:
     def __post_init__(self) -> None:
         self._set_int("block_size", minimum=1, maximum=MAX_TOKENS)
 
-    def _set_int(
+    def set_int_field(
         self, name: str, *, minimum: int | None = 1, maximum: int = MAX_TOKENS, optional: bool = False
     ) -> None:
         """Check the integer field ``name`` (:func:`check_int`, named ``Class.name``) and store it
-        as a plain ``int``, so specs built from ``16`` and ``numpy.int64(16)`` are equal."""
+        as a plain ``int``, so specs built from ``16`` and ``numpy.int64(16)`` are equal. For a
+        spec type's ``__post_init__`` (the built-in types and plugins' alike).
+
+        :raises SpecError: not an integer (a bool, a float, a string), or out of range."""
         value = check_int(
             f"{type(self).__name__}.{name}",
             getattr(self, name),
@@ -209,10 +212,10 @@ class KVCacheSpec:
         )
         object.__setattr__(self, name, value)
 
-    def _check_page_bytes(self) -> None:
+    def check_page_bytes(self) -> None:
         """Raise :class:`SpecError` naming this spec's fields when its page (padded or not) is
         more than :data:`~kvrules.values.MAX_BYTES`; every pool size derived from it is then
-        bounded by the number of blocks."""
+        bounded by the number of blocks. For the end of a spec type's ``__post_init__``."""
         page = max(self.page_size_bytes, self.unpadded_page_size_bytes)
         if page > MAX_BYTES:
             raise SpecError(
@@ -220,6 +223,10 @@ class KVCacheSpec:
                 f"than {MAX_BYTES} (the largest tensor torch can hold); lower block_size or the "
                 "layer's dimensions"
             )
+
+    #: the names the built-in types use (kept for them; plugins use the public ones)
+    _set_int = set_int_field
+    _check_page_bytes = check_page_bytes
 
     def _fields_text(self) -> str:
         """``name=value`` for each field that is set, for messages (mappings left out)."""
