@@ -98,7 +98,7 @@ REFUSED = {
 def test_every_example_plan_is_valid_v2_and_round_trips(name: str, strategies: str) -> None:
     refused = REFUSED.get((name, strategies))
     if refused is not None:
-        with pytest.raises(refused, match="null block|largest max_model_len"):
+        with pytest.raises(refused, match=r"null block|largest max_model_len"):
             plan_example(name, strategies)
         return
     assert_json_forms(plan_example(name, strategies))
