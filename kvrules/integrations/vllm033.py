@@ -348,8 +348,12 @@ def _builder_base() -> type:
         raise VllmNotInstalledError(
             f"{BUILDER_QUALNAME} needs vLLM 0.33's {BUILDER_BASE_MODULE} ({exc}); install vllm>=0.33"
         ) from exc
-    base = module.KVCacheConfigBuilder
-    assert isinstance(base, type)
+    base = getattr(module, "KVCacheConfigBuilder", None)
+    if not isinstance(base, type):
+        raise VllmNotInstalledError(
+            f"{BUILDER_QUALNAME} needs the class KVCacheConfigBuilder in {BUILDER_BASE_MODULE}, found "
+            f"{base!r}: this vLLM is not a 0.33 line; install vllm>=0.33"
+        )
     return base
 
 
