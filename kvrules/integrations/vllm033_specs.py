@@ -38,6 +38,8 @@ from kvrules.integrations.vllm_specs import (
     _to_kvrules_value,
     _to_vllm_value,
     _where,
+    built_from_vllm,
+    kvrules_class_of,
     kvrules_classes_by_name,
 )
 from kvrules.plugin.manager import default_manager
@@ -114,20 +116,15 @@ def _kwargs_from_vllm(
 
 def _from_vllm033(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
     vname = type(spec).__name__
-    kcls = kinds.get(vname)
-    if kcls is None or not dataclasses.is_dataclass(spec):
-        raise SpecError(
-            f"{_where(layer)}: vLLM 0.33 spec type {vname} has no kvrules equivalent; kvrules models "
-            f"{', '.join(sorted(kinds))}. Plan this model with vLLM's own builder (leave the platform "
-            "hook unset) or register a kvrules spec type of that class name through a plugin"
-        )
-    kwargs = _kwargs_from_vllm(spec, layer, kcls, kinds)
-    try:
-        kv = kcls(**kwargs)
-    except SpecError as exc:
-        raise SpecError(f"{_where(layer)}: vLLM 0.33 {vname}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{_where(layer)}: vLLM 0.33 {vname} cannot be converted: {exc}") from None
+    kcls = kvrules_class_of(
+        spec,
+        layer,
+        kinds,
+        "vLLM 0.33",
+        "Plan this model with vLLM's own builder (leave the platform hook unset) or register a kvrules "
+        "spec type of that class name through a plugin",
+    )
+    kv = built_from_vllm(kcls, _kwargs_from_vllm(spec, layer, kcls, kinds), layer, f"vLLM 0.33 {vname}")
     if isinstance(kv, AttentionSpec):
         kv = _published_from_vllm(kv)
     _check_page(layer, kv, spec, "converting vLLM 0.33's")

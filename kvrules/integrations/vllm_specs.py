@@ -190,15 +190,47 @@ def _to_kvrules_value(
     return value
 
 
-def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
+def kvrules_class_of(
+    spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]], line: str, advice: str
+) -> type[KVCacheSpec]:
+    """The kvrules spec class of a vLLM spec (``kinds`` by vLLM class name), on either vLLM line.
+
+    :raises SpecError: no kvrules class of that name (naming the layer, the type, the types
+        kvrules models and ``advice``), or ``spec`` is no dataclass.
+    """
     vname = type(spec).__name__
     kcls = kinds.get(vname)
     if kcls is None or not dataclasses.is_dataclass(spec):
         raise SpecError(
-            f"{_where(layer)}: vLLM spec type {vname} has no kvrules equivalent; kvrules models "
-            f"{', '.join(sorted(kinds))}. Register a kvrules spec type whose class has that name through a "
-            "plugin, or plan this model with vLLM's own planner (kvrules.integrations.vllm.uninstall())"
+            f"{_where(layer)}: {line} spec type {vname} has no kvrules equivalent; kvrules models "
+            f"{', '.join(sorted(kinds))}. {advice}"
         )
+    return kcls
+
+
+def built_from_vllm(
+    kcls: type[KVCacheSpec], kwargs: Mapping[str, Any], layer: str | None, what: str
+) -> KVCacheSpec:
+    """``kcls(**kwargs)``, its refusal re-raised as a :class:`SpecError` naming the layer and ``what``
+    (``vLLM 0.33 FullAttentionSpec``)."""
+    try:
+        return kcls(**kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{_where(layer)}: {what}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{_where(layer)}: {what} cannot be converted: {exc}") from None
+
+
+def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
+    vname = type(spec).__name__
+    kcls = kvrules_class_of(
+        spec,
+        layer,
+        kinds,
+        "vLLM",
+        "Register a kvrules spec type whose class has that name through a plugin, or plan this model "
+        "with vLLM's own planner (kvrules.integrations.vllm.uninstall())",
+    )
     known = {f.name for f in dataclasses.fields(kcls)}
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(spec):
@@ -213,12 +245,7 @@ def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpe
                 f"(only its default {default!r} can be planned exactly); plan this model with vLLM's own "
                 "planner (kvrules.integrations.vllm.uninstall())"
             )
-    try:
-        kv = kcls(**kwargs)
-    except SpecError as exc:
-        raise SpecError(f"{_where(layer)}: vLLM {vname}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{_where(layer)}: vLLM {vname} cannot be converted: {exc}") from None
+    kv = built_from_vllm(kcls, kwargs, layer, f"vLLM {vname}")
     if isinstance(kv, AttentionSpec) and _publishes_fields(spec):
         kv = _published_from_vllm(kv)
     _check_page(layer, kv, spec, "converting vLLM's")

@@ -3,7 +3,8 @@
 ``registered(kvrules_pm)`` is the listing a plugin's tests compare against (the ``kvrules
 strategies`` command prints the same registries as tables)::
 
-    assert registered(kvrules_pm, plugin="acme")["rules"] == {"acme-pad": "plugin 'acme' (kvrules-acme 1.0)"}
+    >>> registered(kvrules_pm, plugin="acme")["rules"]
+    {'acme-pad': "plugin 'acme' (kvrules-acme 1.0)"}
 """
 
 from __future__ import annotations
