@@ -42,9 +42,10 @@ type's fault (the asker reports it so).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from itertools import chain
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, repeat
+from typing import Any, cast
 
 from kvrules.config import EngineConfig, check_settings
 from kvrules.dtypes import DTYPE_SIZES
@@ -185,20 +186,50 @@ def alignment_problem(old: Mapping[str, KVCacheSpec], new: object, touches: froz
 
 def groups_problem(groups: object, specs: Mapping[str, KVCacheSpec], *, complete: bool = True) -> str | None:
     """A router's, fallback's, grouper's (``complete``) or partitioner's groups over ``specs``."""
-    if not isinstance(groups, (list, tuple)):
-        return f"returned {type(groups).__name__}, not a list of KVCacheGroup"
-    seen: set[str] = set()
-    for index, group in enumerate(groups):
-        problem = _group_problem(index, group, specs, seen) or _layers_problem(index, groups, specs, seen)
-        if problem:
-            return problem
-    if complete and len(seen) != len(specs):
-        missing = [name for name in specs if name not in seen]
+    problem, left = _unplaced(groups, specs)
+    if problem is None and complete and left:
+        missing = list(left)
         return f"left {len(missing)} layer(s) out of every group, e.g. {', '.join(missing[:3])}"
-    return None
+    return problem
 
 
-def _group_problem(index: int, group: object, specs: Mapping[str, KVCacheSpec], seen: set[str]) -> str | None:
+def partition_problem(
+    groups: object, remaining: Mapping[str, KVCacheSpec], specs: Mapping[str, KVCacheSpec]
+) -> tuple[str | None, dict[str, KVCacheSpec]]:
+    """A partitioner's groups and remaining specs: the groups as :func:`groups_problem` checks
+    them (layers may be left out), and the remaining specs exactly the layers no group holds,
+    each with its given spec object. Returns the problem (``None`` if none) and those layers in
+    ``specs``' order."""
+    problem, left = _unplaced(groups, specs)
+    if problem is not None:
+        return problem, {}
+    wrong = next((n for n, s in remaining.items() if left.get(n) is not s), None)
+    if wrong is not None:
+        return f"left layer {wrong!r} in both its groups and the remaining specs, or changed it", {}
+    if len(left) != len(remaining):
+        lost = next(n for n in left if n not in remaining)
+        return f"left layer {lost!r} neither in a group nor in the remaining specs", {}
+    return None, left
+
+
+def _unplaced(groups: object, specs: Mapping[str, KVCacheSpec]) -> tuple[str | None, dict[str, KVCacheSpec]]:
+    """The first problem of ``groups`` over ``specs`` (every layer at most once, none unknown,
+    pooled pages equal) and the layers no group holds, in ``specs``' order.
+
+    One pass over the groups' layers: each is popped from a copy of ``specs``, so an unknown or
+    repeated layer fails its pop and what stays in the copy is in no group (copying a dict costs
+    about what reading it does; building a table of every layer would cost more)."""
+    if not isinstance(groups, (list, tuple)):
+        return f"returned {type(groups).__name__}, not a list of KVCacheGroup", {}
+    left = dict(specs)
+    for index, group in enumerate(groups):
+        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left)
+        if problem:
+            return problem, {}
+    return None, left
+
+
+def _group_problem(index: int, group: object) -> str | None:
     """Group ``index`` itself: its type, flag, spec, and members or page (its layers: :func:`_layers_problem`)."""
     if not isinstance(group, KVCacheGroup):
         return f"returned {group!r} as group {index}, not a KVCacheGroup"
@@ -219,39 +250,41 @@ def _group_problem(index: int, group: object, specs: Mapping[str, KVCacheSpec], 
 
 
 def _layers_problem(
-    index: int, groups: Sequence[KVCacheGroup], specs: Mapping[str, KVCacheSpec], seen: set[str]
+    index: int,
+    groups: Sequence[KVCacheGroup],
+    specs: Mapping[str, KVCacheSpec],
+    remaining: dict[str, KVCacheSpec],
 ) -> str | None:
-    """Group ``index``'s layers: known, in no earlier group (``seen`` gains them), and, when
-    pooled, of the group's page. Linear in the group's layers with set operations; the layer
-    at fault is looked for only once a problem is known."""
+    """Group ``index``'s layers: known and in no earlier group (each is popped from
+    ``remaining``), and, when pooled, of the group's page. The layer at fault is looked for
+    only once a pop fails or a page differs."""
     group = groups[index]
     names = group.layer_names
-    before = len(seen)
     try:
-        known = set(map(type, names)) <= {str} and specs.keys() >= set(names)
-    except TypeError:  # an unhashable "name"
-        known = False
-    if not known:
-        odd = next(n for n in names if not isinstance(n, str) or n not in specs)
-        return f"placed unknown layer {odd!r} in group {index}"
-    seen.update(names)
-    if len(seen) != before + len(names):
-        return _repeated_layer(index, groups)
+        if not set(map(type, names)) <= {str}:
+            raise TypeError
+        layer_specs = list(map(remaining.pop, names))
+    except (KeyError, TypeError):  # unknown, repeated, not a string, or unhashable
+        return _misplaced_layer(index, groups, specs)
     if group.spec.has_members:
         return None
     page = group.spec.page_size_bytes
-    if len(set(map(id, map(specs.__getitem__, names)))) <= 1:  # one spec object: the usual group
-        if not names or specs[names[0]].page_size_bytes == page:
-            return None
-    else:
-        distinct = {id(spec): spec for spec in map(specs.__getitem__, names)}
-        if all(spec.page_size_bytes == page for spec in distinct.values()):
-            return None
+    distinct = dict(zip(map(id, layer_specs), layer_specs, strict=True))  # few: layers share specs
+    if all(spec.page_size_bytes == page for spec in distinct.values()):
+        return None
     odd = next(n for n in names if specs[n].page_size_bytes != page)
     return (
         f"pooled layer {odd!r} (page {specs[odd].page_size_bytes} bytes) in group {index}, whose "
         f"page is {page} bytes; a pooled group holds one page size"
     )
+
+
+def _misplaced_layer(index: int, groups: Sequence[KVCacheGroup], specs: Mapping[str, KVCacheSpec]) -> str:
+    """The message for group ``index``'s first unknown layer, else for the layer it repeats."""
+    for name in groups[index].layer_names:
+        if type(name) is not str or name not in specs:
+            return f"placed unknown layer {name!r} in group {index}"
+    return _repeated_layer(index, groups)
 
 
 def _repeated_layer(index: int, groups: Sequence[KVCacheGroup]) -> str:
@@ -273,14 +306,17 @@ def int_problem(value: object, what: str, minimum: int) -> str | None:
 
 
 def _pages(groups: Sequence[KVCacheGroup]) -> dict[str, int]:
-    """Each layer's page in its group: the group's page when pooled, its own member's otherwise."""
-    pages: dict[str, int] = {}
-    for g in groups:
-        if g.spec.has_members:
-            pages.update((n, s.page_size_bytes) for n, s in g.spec.members(g.layer_names).items())
-        else:
-            pages.update(dict.fromkeys(g.layer_names, g.spec.page_size_bytes))
-    return pages
+    """Each layer's page in its group: the group's page when pooled, its own member's otherwise
+    (built in one pass; the groups were checked when they were made, so no layer repeats)."""
+    if len(groups) == 1 and not groups[0].spec.has_members:
+        return dict.fromkeys(groups[0].layer_names, groups[0].spec.page_size_bytes)
+    return dict(chain.from_iterable(_layer_pages(g) for g in groups))
+
+
+def _layer_pages(group: KVCacheGroup) -> Iterable[tuple[str, int]]:
+    if group.spec.has_members:
+        return ((n, s.page_size_bytes) for n, s in group.spec.members(group.layer_names).items())
+    return zip(group.layer_names, repeat(group.spec.page_size_bytes))
 
 
 def _tensor_problem(index: int, tensor: object) -> str | None:
@@ -297,13 +333,9 @@ def _tensor_problem(index: int, tensor: object) -> str | None:
     return None
 
 
-def _size_problem(index: int, tensor: KVCacheTensor, pages: Mapping[str, int], num_blocks: int) -> str | None:
-    """Tensor ``index`` holds ``num_blocks`` blocks of its layers' pages (or of its block stride)."""
-    per_block = (
-        tensor.block_stride
-        if tensor.block_stride > 0
-        else max(map(pages.__getitem__, tensor.shared_by), default=0)
-    )
+def _size_problem(index: int, tensor: KVCacheTensor, widest_page: int, num_blocks: int) -> str | None:
+    """Tensor ``index`` holds ``num_blocks`` blocks of its widest layer page (or of its block stride)."""
+    per_block = tensor.block_stride if tensor.block_stride > 0 else widest_page
     if tensor.size < per_block * num_blocks:
         return (
             f"made tensor {index} of {tensor.size} bytes, less than {num_blocks} blocks of {per_block} bytes "
@@ -312,23 +344,57 @@ def _size_problem(index: int, tensor: KVCacheTensor, pages: Mapping[str, int], n
     return None
 
 
-def _placements_problem(tensors: Sequence[KVCacheTensor], pages: Mapping[str, int]) -> str | None:
-    """Every layer of the worker (``pages``) in exactly one tensor, and no other layer in any: one
-    set comparison over all the tensors' layers; tensor by tensor only once a problem is known."""
-    names = list(chain.from_iterable(t.shared_by for t in tensors))
-    try:
-        unique = set(names)
-    except TypeError:  # an unhashable "name"
-        unique = None
-    if unique is not None and len(unique) == len(names) and unique == pages.keys():
+def _widest_pages(
+    tensors: Sequence[KVCacheTensor], groups: Sequence[KVCacheGroup], layers: Mapping[str, object] | None
+) -> list[int] | str:
+    """Each tensor's widest layer page when every layer of the worker's ``groups`` is in exactly
+    one tensor and no other layer is in any (each is popped from a table of the worker's
+    layers), else the sentence naming the layer at fault.
+
+    ``layers``, when given, is a mapping whose keys are exactly the worker's layers: where every
+    group is pooled with one page, a copy of it is that table (copying a dict costs far less
+    than building one)."""
+    page = _pooled_page(groups)
+    if page is not None and type(layers) is dict and len(layers) == sum(len(g.layer_names) for g in groups):
+        remaining: dict[str, object] = layers.copy()
+    else:
+        remaining = cast("dict[str, object]", _pages(groups))  # popped empty; built again for a message
+    widest: list[int] = []
+    for tensor in tensors:
+        names = tensor.shared_by
+        try:
+            if not set(map(type, names)) <= {str}:
+                raise TypeError
+            if page is None:
+                widest.append(max(map(cast("dict[str, int]", remaining).pop, names), default=0))
+            else:
+                deque(map(remaining.pop, names), maxlen=0)
+                widest.append(page if names else 0)
+        except (KeyError, TypeError):  # not on the worker, repeated, not a string, or unhashable
+            return _placements_problem(tensors, _pages(groups)) or "placed a layer twice"
+    if remaining:
+        missing = list(remaining)
+        return f"left {len(missing)} layer(s) in no tensor, e.g. {', '.join(missing[:3])}"
+    return widest
+
+
+def _pooled_page(groups: Sequence[KVCacheGroup]) -> int | None:
+    """The one page of ``groups`` when every one is pooled (no members) with that page."""
+    if any(g.spec.has_members for g in groups):
         return None
+    pages = {g.spec.page_size_bytes for g in groups}
+    return pages.pop() if len(pages) == 1 else None
+
+
+def _placements_problem(tensors: Sequence[KVCacheTensor], pages: Mapping[str, int]) -> str | None:
+    """The first tensor that names a layer not on the worker (``pages``) or one an earlier tensor
+    (or itself) holds; ``None`` when there is none."""
     placed: set[str] = set()
     for index, tensor in enumerate(tensors):
         problem = _placement_problem(index, tensor.shared_by, pages, placed)
         if problem:
             return problem
-    missing = sorted(set(pages) - placed)
-    return f"left {len(missing)} layer(s) in no tensor, e.g. {', '.join(missing[:3])}"
+    return None
 
 
 def _placement_problem(
@@ -336,11 +402,11 @@ def _placement_problem(
 ) -> str | None:
     """Tensor ``index``'s layers are on this worker and in no earlier tensor (``placed`` gains them)."""
     try:
-        known = pages.keys() >= set(names)
+        known = set(map(type, names)) <= {str} and pages.keys() >= set(names)
     except TypeError:  # an unhashable "name"
         known = False
     if not known:
-        odd = next(n for n in names if not isinstance(n, str) or n not in pages)
+        odd = next(n for n in names if type(n) is not str or n not in pages)
         return f"put layer {odd!r}, which is not on this worker, in tensor {index}"
     if placed.isdisjoint(names) and len(set(names)) == len(names):
         placed.update(names)
@@ -360,22 +426,27 @@ def _first_repeat(placed: set[str], names: Sequence[str]) -> str:
 
 
 def tensors_problem(
-    tensors: object, groups: Sequence[KVCacheGroup], memory: int, num_blocks: int = 0
+    tensors: object,
+    groups: Sequence[KVCacheGroup],
+    memory: int,
+    num_blocks: int = 0,
+    layers: Mapping[str, object] | None = None,
 ) -> str | None:
-    """A layout's tensors for ``num_blocks`` blocks of one worker holding ``groups`` with ``memory`` bytes."""
+    """A layout's tensors for ``num_blocks`` blocks of one worker holding ``groups`` with ``memory``
+    bytes; ``layers``, when given, a mapping whose keys are exactly the worker's layers (it
+    makes the check cheaper, not different)."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
     for index, tensor in enumerate(tensors):
         problem = _tensor_problem(index, tensor)
         if problem:
             return problem
-    pages = _pages(groups)
-    problem = _placements_problem(tensors, pages)
-    if problem:
-        return problem
+    widest = _widest_pages(tensors, groups, layers)
+    if isinstance(widest, str):
+        return widest
     packed = total = 0
     for index, tensor in enumerate(tensors):
-        problem = _size_problem(index, tensor, pages, num_blocks)
+        problem = _size_problem(index, tensor, widest[index], num_blocks)
         if problem:
             return problem
         if tensor.block_stride > 0:
@@ -534,6 +605,7 @@ __all__ = [
     "changed_fields",
     "check_problem",
     "groups_problem",
+    "partition_problem",
     "int_problem",
     "spec_problem",
     "specs_problem",

@@ -34,6 +34,8 @@ import dataclasses
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import is_
 from types import MappingProxyType
 from typing import Any
 
@@ -45,7 +47,7 @@ from kvrules.plugin import answers
 from kvrules.plugin.allocator import Placement, ViewLayout
 from kvrules.plugin.registry import IN_PROCESS, Registries, Registry
 from kvrules.plugin.rules import Check, Rule
-from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.base import KVCacheSpec, distinct_specs
 
 #: how each kind of plugin object is named in messages
 KIND_WORDS = {
@@ -213,12 +215,9 @@ class Asker:
         :raises SpecError: a value is not a spec at all (the caller's input).
         :raises PluginError: a spec's type answers wrongly (naming the spec type's plugin).
         """
-        seen_ids: set[int] = set()
         seen: set[KVCacheSpec] = set()
-        for layer, spec in specs.items():
-            if id(spec) in seen_ids:
-                continue
-            seen_ids.add(id(spec))
+        for spec in distinct_specs(specs.values()):
+            layer = next(compress(specs, map(is_, specs.values(), repeat(spec))))  # its first layer
             if not isinstance(spec, KVCacheSpec):
                 raise SpecError(f"{where}layer {layer!r}: {spec!r} is not a KV-cache spec")
             problem = self._spec(layer, spec, config, seen)
@@ -365,17 +364,12 @@ class Asker:
                 rule.kind, rule, f"returned {answer!r} from partition(), not (groups, remaining specs)"
             )
         groups, remaining = answer
-        problem = changed_in_place(before) or answers.groups_problem(groups, specs, complete=False)
-        if problem is None:
-            made = {n for g in groups for n in g.layer_names}
-            wrong = [n for n in remaining if n not in specs or n in made or remaining[n] is not specs[n]]
-            lost = [n for n in specs if n not in made and n not in remaining]
-            if wrong or lost:
-                problem = f"left layer {(wrong or lost)[0]!r} {'in both its groups and the remaining specs, or changed it' if wrong else 'neither in a group nor in the remaining specs'}"
+        problem, left = answers.partition_problem(groups, remaining, specs)
+        problem = changed_in_place(before) or problem
         if problem:
             raise self.fault(rule.kind, rule, problem)
         self.made(rule.kind, rule, _group_specs(groups), specs)
-        return list(groups), {n: specs[n] for n in specs if n in remaining}
+        return list(groups), left
 
     def group(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> list[KVCacheGroup]:
         """A grouper's groups, covering every layer of ``specs`` once."""
@@ -398,11 +392,17 @@ class Asker:
         return int(value)
 
     def tensors(
-        self, rule: Rule, groups: Sequence[KVCacheGroup], num_blocks: int, memory: int
+        self,
+        rule: Rule,
+        groups: Sequence[KVCacheGroup],
+        num_blocks: int,
+        memory: int,
+        layers: Mapping[str, object] | None = None,
     ) -> tuple[KVCacheTensor, ...]:
-        """The worker's tensors: non-negative, covering every layer, fitting ``memory``."""
+        """The worker's tensors: non-negative, covering every layer, fitting ``memory``
+        (``layers``: see :func:`~kvrules.plugin.answers.tensors_problem`)."""
         tensors = self.call(rule.kind, rule, "tensors", groups, num_blocks)
-        problem = answers.tensors_problem(tensors, groups, memory, num_blocks)
+        problem = answers.tensors_problem(tensors, groups, memory, num_blocks, layers)
         if problem:
             raise self.fault(rule.kind, rule, problem)
         return tuple(tensors)
