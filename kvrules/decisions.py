@@ -17,8 +17,10 @@ are kept as given, never copied, and layers that share an answer share the same 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import FrozenInstanceError
+from itertools import chain, repeat
 from typing import Any
 
 from kvrules import logs
@@ -29,9 +31,24 @@ STAGES = ("merge", "convert", "route", "unify", "group", "layout", "capacity", "
 OUTCOMES = ("applied", "declined", "failed")
 
 
-@dataclass(frozen=True, slots=True)
+#: a decision's fields other than its layer, in :data:`FIELDS` order (layer left out)
+Body = tuple[
+    str,
+    str,
+    str,
+    str,
+    "Mapping[str, Any] | None",
+    "Mapping[str, Any] | None",
+    int,
+    "Mapping[str, Any] | None",
+]
+
+#: a decision's fields, in the order of its constructor's parameters
+FIELDS = ("stage", "rule", "outcome", "layer", "reason", "before", "after", "padding_bytes", "details")
+
+
 class Decision:
-    """One answer of one rule.
+    """One answer of one rule (immutable; two decisions are equal when all their fields are).
 
     :ivar stage: pipeline stage (one of :data:`STAGES`).
     :ivar rule: the rule's name.
@@ -45,17 +62,111 @@ class Decision:
     :ivar details: figures of a model-level choice that are not a spec summary (a grouping's cost,
         the alternatives tried), JSON values only; ``None`` for most decisions. Each rule's
         shape is documented in docs/plan-schema.md.
+
+    A decision holds its layer and one :attr:`body` with every other field; the same answer
+    recorded for many layers (:meth:`for_layer`) shares one body, so a plan's 1,000,000
+    per-layer records cost two references each.
     """
 
-    stage: str
-    rule: str
-    outcome: str
+    __slots__ = ("_body", "layer")
+    __match_args__ = (
+        "stage",
+        "rule",
+        "outcome",
+        "layer",
+        "reason",
+        "before",
+        "after",
+        "padding_bytes",
+        "details",
+    )
     layer: str | None
-    reason: str
-    before: Mapping[str, Any] | None = None
-    after: Mapping[str, Any] | None = None
-    padding_bytes: int = 0
-    details: Mapping[str, Any] | None = None
+    _body: Body
+
+    def __init__(
+        self,
+        stage: str,
+        rule: str,
+        outcome: str,
+        layer: str | None,
+        reason: str,
+        before: Mapping[str, Any] | None = None,
+        after: Mapping[str, Any] | None = None,
+        padding_bytes: int = 0,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        _set_layer(self, layer)
+        _set_body(self, (stage, rule, outcome, reason, before, after, padding_bytes, details))
+
+    def for_layer(self, layer: str | None) -> Decision:
+        """The same answer recorded for ``layer`` (sharing this decision's :attr:`body`)."""
+        copy = _new(Decision)
+        _set_layer(copy, layer)
+        _set_body(copy, self._body)
+        return copy
+
+    @property
+    def body(self) -> Body:
+        """Every field but ``layer``: ``(stage, rule, outcome, reason, before, after,
+        padding_bytes, details)``, one object for all the copies :meth:`for_layer` made."""
+        return self._body
+
+    @property
+    def stage(self) -> str:
+        return self._body[0]
+
+    @property
+    def rule(self) -> str:
+        return self._body[1]
+
+    @property
+    def outcome(self) -> str:
+        return self._body[2]
+
+    @property
+    def reason(self) -> str:
+        return self._body[3]
+
+    @property
+    def before(self) -> Mapping[str, Any] | None:
+        return self._body[4]
+
+    @property
+    def after(self) -> Mapping[str, Any] | None:
+        return self._body[5]
+
+    @property
+    def padding_bytes(self) -> int:
+        return self._body[6]
+
+    @property
+    def details(self) -> Mapping[str, Any] | None:
+        return self._body[7]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: a Decision is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}: a Decision is immutable")
+
+    def _fields(self) -> tuple[Any, ...]:
+        b = self._body
+        return (b[0], b[1], b[2], self.layer, *b[3:])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Decision) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.layer == other.layer and (self._body is other._body or self._body == other._body)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown_fields = ", ".join(f"{n}={v!r}" for n, v in zip(FIELDS, self._fields(), strict=True))
+        return f"Decision({shown_fields})"
+
+    def __reduce__(self) -> tuple[type[Decision], tuple[Any, ...]]:
+        return (Decision, self._fields())
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a plain dict with the keys of architecture §4; ``details`` only when set.
@@ -104,6 +215,23 @@ class Decision:
             ),
             details=_mapping(data.get("details"), f"{where}.details"),
         )
+
+
+_new = object.__new__
+# the slots' own setters, which pass the refusing __setattr__
+_set_layer: Callable[[Decision, str | None], None] = Decision.__dict__["layer"].__set__
+_set_body: Callable[[Decision, Body], None] = Decision.__dict__["_body"].__set__
+
+
+def layer_copies(layers: Sequence[str], bodies: Sequence[Sequence[Body]]) -> list[Decision]:
+    """For each of ``layers`` in order, one decision per body of its entry in ``bodies`` (the
+    same answers recorded again for that layer, :meth:`Decision.for_layer`), made without a
+    Python call per decision: a plan of a million layers makes about that many."""
+    counts = list(map(len, bodies))
+    objs = list(map(_new, repeat(Decision, sum(counts))))
+    deque(map(_set_layer, objs, chain.from_iterable(map(repeat, layers, counts))), maxlen=0)
+    deque(map(_set_body, objs, chain.from_iterable(bodies)), maxlen=0)
+    return objs
 
 
 #: the keys of a spec summary (a decision's ``before`` / ``after``) and the types of their values
@@ -182,6 +310,24 @@ class DecisionLog:
                 **({} if d.details is None else {"details": d.details}),
             )
         return decision
+
+    @property
+    def listening(self) -> bool:
+        """Whether each added decision is also emitted as an event (someone listens at debug)."""
+        return self._emit is not None
+
+    def add_for_layer(self, template: list[Decision], layer: str) -> None:
+        """Add each of ``template``'s answers again for ``layer`` (:meth:`Decision.for_layer`), in order."""
+        if self._emit is not None:
+            for decision in template:
+                self.add(decision.for_layer(layer))
+            return
+        append = self.items.append
+        for decision in template:
+            copy = _new(Decision)
+            _set_layer(copy, layer)
+            _set_body(copy, decision._body)
+            append(copy)
 
     def record(
         self,

@@ -789,6 +789,7 @@ class _JSONText:
         self.specs = _Memo(lambda spec: self.value(spec.to_dict(), 2))
         self.sizes = _Memo(lambda spec: self.value(page_sizes(spec), 2))
         self.group_specs = _Memo(lambda spec: self.value(spec.to_dict(), 3))
+        self.shared: dict[int, tuple[str, str]] = {}
         self.bodies: dict[tuple[Any, ...], tuple[str, str]] = {}
         self.contents: dict[tuple[Any, ...], tuple[str, str]] = {}
 
@@ -918,25 +919,32 @@ class _JSONText:
     def decision(self, d: Decision) -> str:
         """One entry of ``decisions`` (depth 2); a body shared by several layers is encoded once.
 
-        Looked up by the identity of the decision's mappings first (layers that share an answer
-        share them), then by their content (summaries made afresh for each layer).
+        Looked up by the identity of the decision's body first (:meth:`Decision.for_layer`
+        copies share it), then by the identity of its mappings, then by their content
+        (summaries made afresh for each layer). The plan holds every body while its text is
+        written, so an identity is not reused meanwhile.
         """
-        fast = (
-            d.stage,
-            d.rule,
-            d.outcome,
-            d.reason,
-            id(d.before),
-            id(d.after),
-            d.padding_bytes,
-            id(d.details),
-        )
-        parts = self.bodies.get(fast)
+        body = d.body
+        parts = self.shared.get(id(body))
         if parts is None:
-            if len(self.bodies) >= _DECISION_MEMO:
-                self.bodies.clear()
-                self.contents.clear()
-            parts = self.bodies[fast] = self.body(d)
+            fast = (
+                d.stage,
+                d.rule,
+                d.outcome,
+                d.reason,
+                id(d.before),
+                id(d.after),
+                d.padding_bytes,
+                id(d.details),
+            )
+            parts = self.bodies.get(fast)
+            if parts is None:
+                if len(self.bodies) >= _DECISION_MEMO:
+                    self.bodies.clear()
+                    self.contents.clear()
+                    self.shared.clear()
+                parts = self.bodies[fast] = self.body(d)
+            self.shared[id(body)] = parts
         head, tail = parts
         return head + ("null" if d.layer is None else _string(d.layer)) + tail
 

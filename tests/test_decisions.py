@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
+from dataclasses import FrozenInstanceError
 
+import pytest
 from structlog.testing import capture_logs
 
 from kvrules import Decision, EngineConfig, FullAttentionSpec, MambaSpec, Planner
+from kvrules.decisions import layer_copies
 
 SPECS = {
     "model.layers.0.linear_attn": MambaSpec(
@@ -85,3 +90,27 @@ def test_unconfigured_structlog_is_not_flooded() -> None:
     assert out.stderr == ""
     [line] = out.stdout.splitlines()  # our own print only: kvrules writes nothing by itself
     assert line.startswith("DECISIONS ") and int(line.split()[1]) > 200  # decisions are still data
+
+
+def test_a_decision_is_an_immutable_value_and_copies_share_its_body() -> None:
+    d = Decision("unify", "mamba-pad", "applied", "a.0", "padded", {"x": 1}, None, 64)
+    e = d.for_layer("a.1")
+    assert e.body is d.body and e.layer == "a.1" and e.padding_bytes == 64
+    assert e == Decision("unify", "mamba-pad", "applied", "a.1", "padded", {"x": 1}, None, 64)
+    assert e != d and d != ("unify", "mamba-pad")
+    assert pickle.loads(pickle.dumps(e)) == e and copy.deepcopy(e) == e and copy.copy(e) == e
+    assert repr(e).startswith("Decision(stage='unify', rule='mamba-pad', outcome='applied', layer='a.1'")
+    assert hash(Decision("route", "r", "declined", None, "no")) == hash(
+        Decision("route", "r", "declined", None, "no")
+    )
+    with pytest.raises(FrozenInstanceError):
+        e.layer = "b"  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        del e.reason  # type: ignore[misc]
+    match e:
+        case Decision("unify", rule, "applied", layer):
+            assert (rule, layer) == ("mamba-pad", "a.1")
+        case _:
+            pytest.fail("a decision matches by its fields")
+    copies = layer_copies(["b.0", "b.1"], [(d.body,), (d.body, d.body)])
+    assert [c.layer for c in copies] == ["b.0", "b.1", "b.1"] and all(c.body is d.body for c in copies)

@@ -8,15 +8,17 @@ so planning stays linear in the number of layers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from itertools import compress, count, repeat
+from operator import is_
 from typing import cast
 
-from kvrules.decisions import Decision
+from kvrules.decisions import Body, Decision, layer_copies
 from kvrules.errors import UnificationError
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.rules import Rule
-from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.base import KVCacheSpec, distinct_specs
 
 DISPATCHER = "dispatcher"
 
@@ -69,16 +71,17 @@ def unify_pages(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) 
     :raises UnificationError: a layer no active strategy can handle (names layer, values, rules, fix).
     :raises PluginError: a strategy answered wrongly (names the strategy and its plugin).
     """
-    pages: dict[int, str] = {}
-    for name, spec in specs.items():
-        pages.setdefault(spec.page_size_bytes, name)
+    distinct = distinct_specs(specs.values())  # in the order of each one's first layer
+    pages: dict[int, KVCacheSpec] = {}
+    for spec in distinct:
+        pages.setdefault(spec.page_size_bytes, spec)
     if len(pages) <= 1:
         ask.record(
             "unify", DISPATCHER, "declined", "All layers already have one page size; nothing to unify."
         )
         return specs
     target = max(pages)
-    target_layer = pages[target]
+    target_layer = next(compress(specs, map(is_, specs.values(), repeat(pages[target]))))
     rules = ctx.strategies.rules("layer-strategy")
     ask.record(
         "unify",
@@ -87,10 +90,97 @@ def unify_pages(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) 
         f"Target page is {target} bytes, the largest page (layer {target_layer!r}); "
         f"{len(pages)} distinct page sizes.",
     )
-    return _unified(specs, target, target_layer, rules, ctx, ask)
+    if ask.decisions.listening or len(distinct) > _FEW_SPECS:
+        return _unified_layer_by_layer(specs, target, target_layer, rules, ctx, ask)
+    return _unified(specs, distinct, target, target_layer, rules, ctx, ask)
+
+
+#: at most this many distinct spec objects take :func:`_unified`'s path
+_FEW_SPECS = 64
 
 
 def _unified(
+    specs: Mapping[str, KVCacheSpec],
+    distinct: Sequence[KVCacheSpec],
+    target: int,
+    target_layer: str,
+    rules: Sequence[Rule],
+    ctx: PlanContext,
+    ask: Asker,
+) -> dict[str, KVCacheSpec]:
+    """:func:`_unified_layer_by_layer`'s result and decision log, without a Python call per
+    layer: the rules are asked at the first layer of each ``distinct`` spec (in layer order, equal
+    specs sharing the answer), then every other layer's copies of its spec's decisions are made
+    at once and put between those first layers' records, so the log reads as if each layer had
+    been asked in turn. For a model whose layers share a few spec objects (the usual case)."""
+    names, values = list(specs), list(specs.values())
+    log = ask.decisions.items
+    base = len(log)
+    by_equal: dict[KVCacheSpec, Answer] = {}
+    answers: dict[int, Answer] = {}
+    new: dict[int, KVCacheSpec] = {}
+    firsts: list[tuple[int, int, int]] = []  # (first layer, its records' start and end in the log)
+    for spec in distinct:
+        answer = by_equal.get(spec, UNSEEN)
+        if answer is UNSEEN:
+            index = next(compress(count(), map(is_, values, repeat(spec))))
+            start = len(log)
+            try:
+                answer = (
+                    None
+                    if spec.page_size_bytes == target
+                    else _first(names[index], spec, target, target_layer, rules, ctx, ask)
+                )
+            except UnificationError:
+                _interleave(log, base, [*firsts, (index, start, len(log))], names, values, answers, index)
+                raise
+            by_equal[spec] = answer
+            firsts.append((index, start, len(log)))
+        answers[id(spec)] = answer
+        new[id(spec)] = spec if answer is None else answer[0]
+    _interleave(log, base, firsts, names, values, answers, len(names))
+    out = dict(specs)  # a copy, then new values for the same keys: cheaper than a new table
+    out.update(zip(names, map(new.__getitem__, map(id, values)), strict=True))
+    return out
+
+
+def _interleave(
+    log: list[Decision],
+    base: int,
+    firsts: Sequence[tuple[int, int, int]],
+    names: Sequence[str],
+    values: Sequence[KVCacheSpec],
+    answers: Mapping[int, Answer],
+    end: int,
+) -> None:
+    """Rewrite ``log[base:]`` (the first layers' records, ``firsts`` in layer order) to hold, up
+    to layer ``end``, each other layer's copies of its spec's decisions in layer order."""
+    bodies = {
+        key: () if answer is None else tuple(d.body for d in answer[1]) for key, answer in answers.items()
+    }
+    recorded = log[base:]
+    del log[base:]
+    done = 0
+    for index, start, stop in sorted(firsts):
+        log.extend(_copies(names, values, bodies, done, index))
+        log.extend(recorded[start - base : stop - base])
+        done = index + 1
+    if done < end:
+        log.extend(_copies(names, values, bodies, done, end))
+
+
+def _copies(
+    names: Sequence[str],
+    values: Sequence[KVCacheSpec],
+    bodies: Mapping[int, tuple[Body, ...]],
+    start: int,
+    stop: int,
+) -> list[Decision]:
+    """The decisions of layers ``start`` to ``stop`` (none of them a first layer)."""
+    return layer_copies(names[start:stop], list(map(bodies.__getitem__, map(id, values[start:stop]))))
+
+
+def _unified_layer_by_layer(
     specs: Mapping[str, KVCacheSpec],
     target: int,
     target_layer: str,
@@ -100,11 +190,14 @@ def _unified(
 ) -> dict[str, KVCacheSpec]:
     """Every layer's answer, asked once per distinct spec: a layer whose spec object was seen
     before costs one identity lookup (no spec hash, no page arithmetic) and one decision copy
-    per rule asked. A layer already at the target page keeps its own spec object."""
+    per rule asked. A layer already at the target page keeps its own spec object.
+
+    The result starts as a copy of ``specs`` (copying a dict costs about what reading it does)
+    in which only the layers whose spec changes get a new value."""
     by_equal: dict[KVCacheSpec, Answer] = {}
     by_id: dict[int, Answer] = {}
-    out: dict[str, KVCacheSpec] = {}
-    add = ask.decisions.add
+    out = dict(specs)
+    copy_for = ask.decisions.add_for_layer
     for layer, spec in specs.items():
         hit = by_id.get(id(spec), UNSEEN)
         if hit is UNSEEN:
@@ -116,14 +209,13 @@ def _unified(
                     else _first(layer, spec, target, target_layer, rules, ctx, ask)
                 )
                 by_equal[spec] = by_id[id(spec)] = first
-                out[layer] = spec if first is None else first[0]
+                if first is not None:
+                    out[layer] = first[0]
                 continue
             by_id[id(spec)] = hit
-        if hit is None:
-            out[layer] = spec
-            continue
-        _copy_decisions(hit[1], layer, add)
-        out[layer] = hit[0]
+        if hit is not None:
+            copy_for(hit[1], layer)
+            out[layer] = hit[0]
     return out
 
 
@@ -146,13 +238,3 @@ def _first(
     for decision in decisions:
         ask.decisions.add(decision)
     return new, decisions
-
-
-def _copy_decisions(template: list[Decision], layer: str, add: Callable[[Decision], Decision]) -> None:
-    """The first layer's decisions recorded again for ``layer`` (one record per rule asked)."""
-    for d in template:
-        add(
-            Decision(
-                d.stage, d.rule, d.outcome, layer, d.reason, d.before, d.after, d.padding_bytes, d.details
-            )
-        )

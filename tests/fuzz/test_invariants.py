@@ -64,7 +64,8 @@ def _group(plan: kvrules.Plan, **changes: Any) -> kvrules.Plan:
 
 
 def _decision(plan: kvrules.Plan) -> kvrules.Plan:
-    bad = dataclasses.replace(plan.decisions[0], reason=12345)  # type: ignore[arg-type]
+    d = plan.decisions[0]
+    bad = kvrules.Decision(d.stage, d.rule, d.outcome, d.layer, 12345, d.before, d.after)  # type: ignore[arg-type]
     return dataclasses.replace(plan, decisions=(bad, *plan.decisions[1:]))
 
 
