@@ -42,6 +42,7 @@ from kvrules.plugin import (
     buckets_by_spec,
     declines,
     grouping_cost,
+    layer_buckets,
     ratio,
     search,
     shared_pool_blocker,
@@ -187,8 +188,9 @@ class SpeculatorGroup(Partitioner):
         blocker = shared_pool_blocker(specs)
         if blocker:
             return blocker + "."
-        target = dict(compress(specs.items(), map(not_, marks)))
-        buckets = buckets_by_spec(target) + buckets_by_spec(dict(compress(specs.items(), marks)))
+        targets = list(map(not_, marks))
+        buckets = layer_buckets(list(compress(specs, targets)), list(compress(specs.values(), targets)))
+        buckets += layer_buckets(draft, list(compress(specs.values(), marks)))
         pool = Pool.of(ctx)
         vllm = grouping_cost(vllm_grouping(specs), ctx.config, pool)
         best, considered, over_cap = search(buckets, ctx.config, self.max_groups, pool)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import zip_longest
 from typing import ClassVar, cast
 
@@ -64,7 +65,7 @@ class SharedPool(Layout):
         if len({len(n) for n in names}) == 1:
             slots: Iterable[tuple[str, ...]] = zip(*names, strict=True)
         else:
-            slots = (tuple(n for n in row if n is not None) for row in zip_longest(*names))
+            slots = map(tuple, map(partial(filter, None), zip_longest(*names)))  # names are never empty
         return tuple(KVCacheTensor(page * num_blocks, row) for row in slots)
 
 

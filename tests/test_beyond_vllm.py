@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from case_loader import load_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -636,3 +637,18 @@ def test_the_python_examples_in_the_docs_run_and_print_what_they_say(
         printed = capsys.readouterr().out.strip().splitlines()[-1]
         promised = re.findall(r"# (.+)\n", block)[-1]
         assert printed == promised
+
+
+def test_an_override_never_buys_capacity_with_memory_it_does_not_have() -> None:
+    """``num_gpu_blocks_override`` fixes the block count, not the bytes: a wider grouping makes
+    each block larger. On c9 (12 layers, override 1,000 blocks) ``default`` groups 10 + 2 when
+    the 655 MB that takes fits the memory; with 100 MB it keeps vLLM's grouping (and refuses
+    as vLLM does) instead of planning 655 MB on a 100 MB worker."""
+    case = load_case("c9_gemma_override")
+    roomy = Planner("default").plan(case.workers, case.memory, case.config)
+    assert sorted(len(g.layer_names) for g in roomy.groups) == [2, 10]
+    assert roomy.workers[0].allocated_bytes <= case.memory[0]
+    with pytest.raises(CapacityError, match=r"has 0\.12 GiB"):
+        Planner("default").plan(case.workers, [100_000_000], case.config)
+    with pytest.raises(CapacityError, match=r"has 0\.12 GiB"):
+        Planner("vllm").plan(case.workers, [100_000_000], case.config)

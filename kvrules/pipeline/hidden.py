@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from kvrules.errors import GroupingError, SpecError
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.ask import Asker
-from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.base import KVCacheSpec, distinct_specs
 
 RULE = "unified-page"
 
@@ -20,9 +20,9 @@ def split_hidden_states(
 ) -> tuple[dict[str, KVCacheSpec], Mapping[str, KVCacheSpec]]:
     """``(layers sized after unification, the others)``; the others are ``specs`` itself when
     there is none."""
-    hidden = {n: s for n, s in specs.items() if s.sized_after_unification}
-    if not hidden:
+    if not any(s.sized_after_unification for s in distinct_specs(specs.values())):
         return {}, specs
+    hidden = {n: s for n, s in specs.items() if s.sized_after_unification}
     return hidden, {n: s for n, s in specs.items() if n not in hidden}
 
 

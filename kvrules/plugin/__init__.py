@@ -18,6 +18,7 @@ from kvrules.plugin.grouping import (
     alternatives,
     buckets_by_spec,
     grouping_cost,
+    layer_buckets,
     ratio,
     search,
     shared_pool_blocker,
@@ -63,7 +64,7 @@ from kvrules.plugin.rules import (
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES
 from kvrules.specs.attention import quantized_head_dim
-from kvrules.specs.base import cdiv, merged_spec, round_up
+from kvrules.specs.base import cdiv, distinct_specs, merged_spec, round_up
 
 __all__ = [
     # helpers a rule shares: spec types and merging, grouping comparison (kvrules.plugin.grouping)
@@ -74,7 +75,9 @@ __all__ = [
     "acceptable",
     "alternatives",
     "buckets_by_spec",
+    "distinct_specs",
     "grouping_cost",
+    "layer_buckets",
     "merged_spec",
     "quantized_head_dim",
     "ratio",

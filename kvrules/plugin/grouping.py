@@ -24,17 +24,19 @@ grouping and its own with :func:`grouping_cost` on the plan's :class:`Pool` and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 from kvrules.config import EngineConfig
 from kvrules.errors import GroupingError
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.context import PlanContext
-from kvrules.specs.base import KVCacheSpec, cdiv
+from kvrules.specs.base import KVCacheSpec, cdiv, distinct_specs
 
 #: one bucket of layers: the spec standing for them and their names, in layer order
 Bucket = tuple[KVCacheSpec, list[str]]
@@ -47,34 +49,53 @@ def buckets_by_spec(specs: Mapping[str, KVCacheSpec]) -> list[Bucket]:
     A bucket's spec is the merge of its members' specs (:meth:`KVCacheSpec.merge`); buckets come
     in the order of their first layer's spec.
     """
-    exact = _by_equal_spec(specs)
+    return layer_buckets(specs.keys(), specs.values())
+
+
+def layer_buckets(names: Collection[str], specs: Collection[KVCacheSpec]) -> list[Bucket]:
+    """:func:`buckets_by_spec` of the layers ``names`` whose specs are ``specs`` (in the same
+    order), for a caller holding a subset of a model's layers as two sequences rather than a
+    new mapping."""
+    exact = _by_equal_spec(names, specs)
     order: dict[str, int] = {}
     merged: list[tuple[list[KVCacheSpec], KVCacheSpec, list[str]]] = []
     for spec, layers in exact.items():
-        for index, (members, _, names) in enumerate(merged):
+        for index, (members, _, joined_names) in enumerate(merged):
             try:
                 joined = type(members[0]).merge([*members, spec])
             except ValueError:
                 continue
             if not order:  # needed only when buckets join, which few models do
-                order = {name: i for i, name in enumerate(specs)}
-            merged[index] = ([*members, spec], joined, sorted([*names, *layers], key=order.__getitem__))
+                order = {name: i for i, name in enumerate(names)}
+            merged[index] = (
+                [*members, spec],
+                joined,
+                sorted([*joined_names, *layers], key=order.__getitem__),
+            )
             break
         else:
             merged.append(([spec], spec, list(layers)))
-    return [(spec, names) for _, spec, names in merged]
+    return [(spec, layers) for _, spec, layers in merged]
 
 
-def _by_equal_spec(specs: Mapping[str, KVCacheSpec]) -> dict[KVCacheSpec, list[str]]:
-    """Layer names by equal spec, in order; a spec object seen before costs one identity lookup
-    (models share spec objects between layers), not a spec hash."""
+#: at most this many distinct spec objects are bucketed with one C-level pass each
+_FEW_SPECS = 8
+
+
+def _by_equal_spec(names: Collection[str], specs: Collection[KVCacheSpec]) -> dict[KVCacheSpec, list[str]]:
+    """Layer names by equal spec, in order (``names`` and ``specs`` parallel). With a few spec
+    objects (models share them between layers) each bucket is one C-level pass picking the
+    layers of that object; otherwise one Python pass, an identity lookup per layer."""
+    distinct = distinct_specs(specs)
+    if len(distinct) <= _FEW_SPECS and len(set(distinct)) == len(distinct):
+        return {spec: list(compress(names, map(is_, specs, repeat(spec)))) for spec in distinct}
     exact: dict[KVCacheSpec, list[str]] = {}
     by_id: dict[int, list[str]] = {}
-    for name, spec in specs.items():
-        names = by_id.get(id(spec))
-        if names is None:
-            names = by_id[id(spec)] = exact.setdefault(spec, [])
-        names.append(name)
+    for name, spec in zip(names, specs, strict=True):
+        bucket = by_id.get(id(spec))
+        if bucket is None:
+            bucket = by_id[id(spec)] = exact.setdefault(spec, [])
+        bucket.append(name)
     return exact
 
 
@@ -138,6 +159,11 @@ class GroupingCost:
     :ivar request_bytes: bytes one request reserves on the binding worker.
     :ivar worker: the binding worker (its index in :attr:`Pool.workers`).
     :ivar capacity: max concurrency before blocks are rounded down (relative when memory is unknown).
+    :ivar override_bytes: with ``num_gpu_blocks_override``, the most bytes its blocks take on one
+        worker (0 without an override).
+    :ivar fits: whether those bytes fit every worker's memory (``True`` without an override, or
+        when the memory is not known). An override fixes the block count, not the bytes: a wider
+        grouping makes each block larger.
     """
 
     group_size: int
@@ -149,6 +175,8 @@ class GroupingCost:
     request_bytes: int
     worker: int
     capacity: Fraction
+    override_bytes: int = 0
+    fits: bool = True
 
     def as_dict(self) -> dict[str, int]:
         """The figures as plain ints (decision ``before`` / ``after`` form)."""
@@ -182,9 +210,10 @@ class Candidate:
 
 def shared_pool_blocker(specs: Mapping[str, KVCacheSpec]) -> str | None:
     """Why ``specs`` cannot share one pool (uniform-type specs, several pages), or ``None``."""
-    if any(s.has_members for s in specs.values()):
+    distinct = distinct_specs(specs.values())
+    if any(s.has_members for s in distinct):
         return "uniform-type specs keep one tensor per layer, not a shared pool"
-    pages = sorted({s.page_size_bytes for s in specs.values()})
+    pages = sorted({s.page_size_bytes for s in distinct})
     if len(pages) > 1:
         return f"a shared pool needs one page size, these layers have {len(pages)}: {pages[:4]}"
     return None
@@ -234,6 +263,7 @@ def grouping_cost(
         raise GroupingError("no worker holds a layer of these groups; check the workers' layer names")
     capacity, worker, counts = best
     here = max(counts)
+    override_bytes, fits = _override_bytes(live, workers, pool, page)
     return GroupingCost(
         group_size=width,
         groups=len(live),
@@ -244,12 +274,31 @@ def grouping_cost(
         request_bytes=here * page * total,
         worker=worker,
         capacity=capacity,
+        override_bytes=override_bytes,
+        fits=fits,
     )
 
 
-def _choice_key(candidate: Candidate) -> tuple[Fraction, int, int, int]:
+def _override_bytes(
+    live: Sequence[KVCacheGroup], workers: Sequence[AbstractSet[str]], pool: Pool, page: int
+) -> tuple[int, bool]:
+    """With an override: the most bytes its blocks take on one worker, and whether every
+    worker's share fits its memory (when known); ``(0, True)`` without one."""
+    if pool.num_blocks is None:
+        return 0, True
+    if len(workers) == 1:
+        widths = [max(len(g.layer_names) for g in live)]
+    else:
+        widths = [max(sum(1 for n in g.layer_names if n in layers) for g in live) for layers in workers]
+    needs = [pool.num_blocks * width * page for width in widths]
+    fits = not pool.memory or all(need <= memory for need, memory in zip(needs, pool.memory, strict=True))
+    return max(needs), fits
+
+
+def _choice_key(candidate: Candidate) -> tuple[bool, int, Fraction, int, int, int]:
     cost = candidate.cost
-    return (-cost.capacity, cost.groups, cost.padding_slots, -cost.group_size)
+    unfit_bytes = 0 if cost.fits else cost.override_bytes  # fitting first, then the least overcommitted
+    return (not cost.fits, unfit_bytes, -cost.capacity, cost.groups, cost.padding_slots, -cost.group_size)
 
 
 def shape_changes(lengths: Sequence[int]) -> list[int]:
@@ -275,8 +324,9 @@ def search(
 ) -> tuple[Candidate | None, list[Candidate], int]:
     """Try every group size from 1 to the largest bucket.
 
-    Returns ``(best, considered, over_cap)``: the candidate with the most capacity (with one
-    worker: the fewest padded bytes), then fewer groups, fewer padding slots, larger size, among
+    Returns ``(best, considered, over_cap)``: among the candidates whose override blocks fit the
+    memory (all, without an override; if none fits, the one taking the fewest bytes), the one with
+    the most capacity (with one worker: the fewest padded bytes), then fewer groups, fewer padding slots, larger size, among
     those with at most ``max_groups`` groups; every distinct candidate within the cap in order of
     size; and how many distinct candidates the cap excluded. ``best`` is ``None`` when the cap
     excludes all.
@@ -304,10 +354,13 @@ def search(
 def acceptable(rule: GroupingCost, vllm: GroupingCost, max_capacity_loss: Fraction = Fraction(0)) -> bool:
     """Whether ``rule`` may replace vLLM's grouping.
 
-    With no allowed loss: max concurrency not lower, then not more groups, then not more padding
-    slots. A loss up to ``max_capacity_loss`` (a fraction of vLLM's max concurrency) is accepted
+    Never one whose ``num_gpu_blocks_override`` blocks do not fit the memory and take more
+    bytes than vLLM's. With no allowed loss: max concurrency not lower, then not more groups, then
+    not more padding slots. A loss up to ``max_capacity_loss`` (a fraction of vLLM's max concurrency) is accepted
     only in exchange for fewer groups.
     """
+    if not rule.fits and rule.override_bytes > vllm.override_bytes:
+        return False  # the override's blocks would take more memory than given, and more than vLLM's
     if rule.capacity > vllm.capacity:
         return True
     if rule.capacity == vllm.capacity:
@@ -335,6 +388,7 @@ __all__ = [
     "acceptable",
     "alternatives",
     "buckets_by_spec",
+    "layer_buckets",
     "grouping_cost",
     "ratio",
     "search",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast, overload
 
@@ -384,6 +384,13 @@ class KVCacheSpec:
         return spec_to_dict(self)
 
 
+def distinct_specs(specs: Iterable[KVCacheSpec]) -> list[KVCacheSpec]:
+    """One of each spec object in ``specs`` (by identity, in first-seen order), without a Python
+    call per layer: models share spec objects between layers, so a million layers give a few."""
+    values = specs if isinstance(specs, Collection) else list(specs)
+    return list(dict(zip(map(id, values), values, strict=True)).values())
+
+
 def merged_spec(specs: Mapping[str, KVCacheSpec]) -> KVCacheSpec | None:
     """The one spec standing for all of ``specs`` (:meth:`KVCacheSpec.merge` of the first
     layer's type), or ``None`` when there are none or they do not merge."""
@@ -415,8 +422,11 @@ def _is_default(spec: KVCacheSpec, field: dataclasses.Field[Any]) -> bool:
         return bool(value == default_v)
     if field.name == "page_size_padded" and getattr(spec, "alignment", None) is not None:
         # derived from ``alignment``: written only when it pads beyond the alignment
-        rebuilt = spec.evolve(page_size_padded=None)
-        return bool(rebuilt.page_size_bytes == spec.page_size_bytes)
+        aligned_page = getattr(spec, "aligned_page_size", None)
+        if aligned_page is None:  # a plugin's type: rebuild it to learn what alignment alone gives
+            return bool(spec.evolve(page_size_padded=None).page_size_bytes == spec.page_size_bytes)
+        aligned = aligned_page()
+        return bool((spec.unpadded_page_size_bytes if aligned is None else aligned) == spec.page_size_bytes)
     if field.default is not dataclasses.MISSING:
         return bool(value == field.default)
     return False
