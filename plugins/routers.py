@@ -8,7 +8,7 @@ are kept out of unification and re-sized to the common page afterwards, as vLLM 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -22,7 +22,17 @@ from kvrules import (
     UniformTypeKVCacheSpecs,
     hookimpl,
 )
-from kvrules.plugin import Check, PlanContext, Router, RuleRegistry, applies, cdiv, declines, merged_spec
+from kvrules.plugin import (
+    Check,
+    PlanContext,
+    Router,
+    RuleRegistry,
+    applies,
+    cdiv,
+    declines,
+    distinct_specs,
+    merged_spec,
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ class UniformSpec(Router):
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
         if merged_spec(specs) is None:
-            kinds = sorted({s.type_name for s in specs.values()})
+            kinds = sorted({s.type_name for s in distinct_specs(specs.values())})
             return declines(f"layer specs differ ({', '.join(kinds)}) and do not merge into one.")
         return applies(f"all {len(specs)} layers share one spec.")
 
@@ -112,9 +122,10 @@ class DeepseekV4Packing(Router):
     )
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
-        if not any(isinstance(s, SlidingWindowMLASpec) for s in specs.values()):
+        distinct = distinct_specs(specs.values())
+        if not any(isinstance(s, SlidingWindowMLASpec) for s in distinct):
             return declines("no sliding-window MLA layer.")
-        pages = {s.page_size_bytes for s in specs.values()}
+        pages = {s.page_size_bytes for s in distinct}
         if len(pages) <= 1:
             return declines(
                 f"all pages are {pages.pop() if pages else 0} bytes; uniform pages need no packing (vLLM #48256)."
@@ -232,14 +243,23 @@ class LayoutPacking(DeepseekV4Packing):
 
 def greedy_buckets(specs: Mapping[str, KVCacheSpec]) -> list[dict[str, KVCacheSpec]]:
     """Each layer joins the first bucket it keeps uniform-type, else opens a new one; buckets
-    keep the order of their first layer (vLLM 0.33's greedy bucketing)."""
+    keep the order of their first layer (vLLM 0.33's greedy bucketing).
+
+    A layer keeps a bucket uniform-type exactly when it has the bucket's block size and its
+    non-``None`` ``uniform_type_key()``, so the bucket a layer joins is found by that pair in
+    one lookup (a layer whose key is ``None`` opens a bucket no other layer joins)."""
     buckets: list[dict[str, KVCacheSpec]] = []
+    joinable: dict[tuple[int, Hashable], dict[str, KVCacheSpec]] = {}
     for name, spec in specs.items():
-        home = next((b for b in buckets if UniformTypeKVCacheSpecs.is_uniform_type({**b, name: spec})), None)
-        if home is None:
-            buckets.append({name: spec})
-        else:
+        key = spec.uniform_type_key()
+        home = None if key is None else joinable.get((spec.block_size, key))
+        if home is not None:
             home[name] = spec
+            continue
+        home = {name: spec}
+        buckets.append(home)
+        if key is not None:
+            joinable[(spec.block_size, key)] = home
     return buckets
 
 
@@ -346,7 +366,7 @@ def flag_eagle_group(
     model's last layer (its MTP layer) is the EAGLE group; other models are left unflagged."""
     if not ctx.config.eagle_style_speculation or not specs:
         return groups
-    if not any(getattr(s, "model_version", None) == "deepseek_v4" for s in specs.values()):
+    if not any(getattr(s, "model_version", None) == "deepseek_v4" for s in distinct_specs(specs.values())):
         return groups
     last = next(reversed(list(specs)))
     out = list(groups)

@@ -22,6 +22,8 @@ from case_loader import (
     tensor_multiset,
     tensors_as_028,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvrules
 from kvrules import (
@@ -324,3 +326,35 @@ def test_the_hf_cache_files_lay_out_as_an_offline_hub_cache(tmp_path: Path) -> N
     (tmp_path / "bad" / "a" / "b" / "config.json").write_text("{}")
     with pytest.raises(SystemExit, match=r"a/b/config.json is not a model config"):
         parity.write_hf_cache(tmp_path / "home", tmp_path / "bad")
+
+
+def _buckets_by_asking(specs: dict[str, kvrules.KVCacheSpec]) -> list[dict[str, kvrules.KVCacheSpec]]:
+    """vLLM 0.33's greedy bucketing, asked literally: each layer tries every bucket in order."""
+    buckets: list[dict[str, kvrules.KVCacheSpec]] = []
+    for name, spec in specs.items():
+        home = next(
+            (b for b in buckets if kvrules.UniformTypeKVCacheSpecs.is_uniform_type({**b, name: spec})), None
+        )
+        if home is None:
+            buckets.append({name: spec})
+        else:
+            home[name] = spec
+    return buckets
+
+
+_BUCKET_SPECS = [
+    kvrules.MLAAttentionSpec(64, num_kv_heads=1, head_size=576, dtype="bfloat16"),
+    kvrules.MLAAttentionSpec(128, num_kv_heads=1, head_size=576, dtype="bfloat16"),
+    kvrules.SlidingWindowMLASpec(64, num_kv_heads=1, head_size=512, dtype="bfloat16", sliding_window=128),
+    kvrules.FullAttentionSpec(64, num_kv_heads=2, head_size=64, dtype="bfloat16"),
+    kvrules.MambaSpec(64, [[3, 768]], ["bfloat16"]),
+]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(range(len(_BUCKET_SPECS))), min_size=1, max_size=30))
+def test_greedy_buckets_are_vllm_s_bucketing(kinds: list[int]) -> None:
+    from kvrules_plugins.routers import greedy_buckets
+
+    specs = {f"l.{i}": _BUCKET_SPECS[k] for i, k in enumerate(kinds)}
+    assert greedy_buckets(specs) == _buckets_by_asking(specs)

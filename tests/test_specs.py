@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvrules import (
     ChunkedLocalAttentionSpec,
@@ -313,3 +315,37 @@ def test_from_cache_dtype() -> None:
 def test_a_dtype_that_is_not_a_name_or_torch_dtype_is_a_spec_error(value: object) -> None:
     with pytest.raises(SpecError, match=r"dtype=.* is not a dtype; give a torch.dtype or one of"):
         FullAttentionSpec(16, num_kv_heads=1, head_size=64, dtype=value)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kind=st.sampled_from(["mla", "sliding_window_mla"]),
+    block=st.integers(1, 64),
+    compress=st.sampled_from([1, 4, 128]),
+    head=st.sampled_from([8, 32, 512, 576]),
+    alignment=st.sampled_from([None, 64, 576, 1000]),
+    extra=st.sampled_from([None, 0, 1, 4096]),
+)
+def test_an_aligned_page_is_written_only_beyond_the_alignment(
+    kind: str, block: int, compress: int, head: int, alignment: int | None, extra: int | None
+) -> None:
+    """``to_dict`` leaves ``page_size_padded`` out exactly when alignment alone gives it: the
+    arithmetic answer equals rebuilding the spec without it."""
+    fields: dict[str, object] = {
+        "block_size": block * compress,
+        "num_kv_heads": 1,
+        "head_size": head,
+        "dtype": "bfloat16",
+        "compress_ratio": compress,
+        "alignment": alignment,
+    }
+    cls = MLAAttentionSpec if kind == "mla" else SlidingWindowMLASpec
+    if kind == "sliding_window_mla":
+        fields["sliding_window"] = 128
+    base = cls(**fields)  # type: ignore[arg-type]
+    spec = base if extra is None else base.evolve(page_size_padded=base.page_size_bytes + extra)
+    rebuilt = spec.evolve(page_size_padded=None)
+    if alignment is not None:  # without one, a padded page is always the user's and written
+        assert ("page_size_padded" not in spec.to_dict()) == (rebuilt.page_size_bytes == spec.page_size_bytes)
+    again = spec_from_dict(spec.to_dict())  # a padding of 0 bytes may come back as none
+    assert again.page_size_bytes == spec.page_size_bytes and again.to_dict() == spec.to_dict()

@@ -329,13 +329,19 @@ class _MLAMixin:
             head //= 2
         return (self.num_kv_heads, head * self.dtype_size)
 
-    def _apply_alignment(self) -> None:
-        """With ``alignment`` set, pad the page up to a multiple of it (unless padded further)."""
-        if self.alignment is None:
-            return
+    def aligned_page_size(self) -> int | None:
+        """The ``page_size_padded`` that ``alignment`` alone gives this spec (``None``: it gives
+        none), as :meth:`_derive` sets it when no larger padding was asked for."""
+        if self.alignment is None or self.storage_block_size <= 0:
+            return None
         real = self._mla_real_page(v32_layout=isinstance(self, MLAAttentionSpec))
         aligned = round_up(real, self.alignment)
-        if aligned != real and (self.page_size_padded is None or self.page_size_padded < aligned):
+        return aligned if aligned != real else None
+
+    def _apply_alignment(self) -> None:
+        """With ``alignment`` set, pad the page up to a multiple of it (unless padded further)."""
+        aligned = self.aligned_page_size()
+        if aligned is not None and (self.page_size_padded is None or self.page_size_padded < aligned):
             object.__setattr__(self, "page_size_padded", aligned)
 
 
@@ -357,8 +363,7 @@ class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
         self._validate_mla()
 
     def _derive(self) -> None:
-        if self.storage_block_size > 0:
-            self._apply_alignment()
+        self._apply_alignment()
 
     @cached_property
     def real_page_size_bytes(self) -> int:  # type: ignore[override]
@@ -464,8 +469,7 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
             )
 
     def _derive(self) -> None:
-        if self.storage_block_size > 0:
-            self._apply_alignment()
+        self._apply_alignment()
 
     @cached_property
     def real_page_size_bytes(self) -> int:  # type: ignore[override]
