@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from dataclasses import dataclass, field
 from math import prod
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -451,3 +453,84 @@ def vllm_config_033(*, kv_cache_layout: str | None = "LBNHC", **kwargs: Any) -> 
 
     cfg.cache_config.get_resolved_kv_cache_layout = resolved
     return cfg
+
+
+# -- engine start (update_block_size_for_backend) ----------------------------------------------
+#: the #43626 pair's configs (Qwen3-Coder-Next + a Qwen3-4B-class draft), shipped as an example
+PAIR = Path(__file__).resolve().parent.parent / "kvrules" / "examples" / "hf" / "qwen3-coder-next"
+#: vLLM 0.28.0's and 0.33.0's own values for the pair after ``update_block_size_for_backend``
+#: (fp8, k=4, align mode, FlashAttention's MultipleOf(16), no prefill checkpoint alignment),
+#: recorded with benchmarks/vllm_engine_start.py: (block_size, mamba_block_size, mamba_page_size_padded)
+VLLM_PAIR_VALUES = (1136, 1136, None)
+
+
+class Backend:
+    """An attention backend stand-in: ``MultipleOf(kernel)`` or the fixed ``sizes``."""
+
+    def __init__(self, name: str = "STANDIN_ATTN", kernel: int = 16, sizes: tuple[int, ...] = ()) -> None:
+        self.name, self.kernel, self.sizes = name, kernel, sizes
+
+    def get_name(self) -> str:
+        return self.name
+
+    def get_supported_kernel_block_sizes(self) -> list[int]:
+        return list(self.sizes) or [self.kernel]
+
+    def supports_block_size(self, block_size: int) -> bool:
+        return any(block_size % s == 0 for s in self.get_supported_kernel_block_sizes())
+
+    def get_preferred_block_size(self, default: int) -> int:
+        return default if self.supports_block_size(default) else min(self.get_supported_kernel_block_sizes())
+
+    def is_ssm(self) -> bool:
+        return False
+
+
+def pair_config(
+    *,
+    draft: dict[str, Any] | None = None,
+    user_block_size: bool = False,
+    values: tuple[int, int | None, int | None] = (16, None, None),
+    max_model_len: int = 4096,
+) -> SimpleNamespace:
+    """A ``VllmConfig`` stand-in for the #43626 pair (fp8, TP1, 4 speculative tokens, align mode)
+    with ``cache_config`` holding ``values`` (block, Mamba block, Mamba padded page)."""
+    target = json.loads((PAIR / "config.json").read_text())
+    draft_hf = draft if draft is not None else json.loads((PAIR / "draft.json").read_text())
+    return SimpleNamespace(
+        model_config=SimpleNamespace(
+            hf_config=target, dtype=torch.bfloat16, max_model_len=max_model_len, use_mla=False, is_hybrid=True
+        ),
+        cache_config=SimpleNamespace(
+            block_size=values[0],
+            mamba_block_size=values[1],
+            mamba_page_size_padded=values[2],
+            user_specified_block_size=user_block_size,
+            cache_dtype="fp8",
+            mamba_cache_mode="align",
+            mamba_cache_dtype="auto",
+            mamba_ssm_cache_dtype="auto",
+        ),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1),
+        speculative_config=SimpleNamespace(
+            method="draft_model",
+            num_speculative_tokens=4,
+            draft_model_config=SimpleNamespace(hf_config=draft_hf),
+        ),
+    )
+
+
+def vllm_platform_class(values: tuple[int, int | None, int | None] = VLLM_PAIR_VALUES) -> type:
+    """A platform stand-in whose ``update_block_size_for_backend`` writes vLLM's ``values`` and
+    records every call (``calls``: the block size it found on entry)."""
+
+    class Platform:
+        calls: ClassVar[list[int]] = []
+
+        @classmethod
+        def update_block_size_for_backend(cls, vllm_config: Any) -> None:
+            cls.calls.append(vllm_config.cache_config.block_size)
+            cache = vllm_config.cache_config
+            cache.block_size, cache.mamba_block_size, cache.mamba_page_size_padded = values
+
+    return Platform

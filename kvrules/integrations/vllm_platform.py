@@ -9,6 +9,12 @@ Two public seams, both ending at vLLM 0.33's ``Platform.get_kv_cache_config_buil
   vLLM process that resolves a builder (the engine core and every worker): it sets the public
   classmethod on the active platform class. :func:`restore_platform_hook` undoes it.
 
+Both also choose block sizes at engine start when the active set has an aligner vLLM lacks
+(``draft-aware-align``): the mixin's ``update_block_size_for_backend`` and, for the general
+plugin, :func:`wrap_engine_start` run :mod:`kvrules.integrations.vllm_align` after the platform's
+own method (in the worker process, where vLLM runs it). The 0.28 line's ``install()`` uses
+:func:`wrap_engine_start` too.
+
 :func:`vllm_line` tells the installed line (``"0.33"`` when the builder seam exists, else
 ``"0.28"``) and :func:`line_preset` its preset. Nothing here imports vLLM at import time.
 """
@@ -22,8 +28,10 @@ import threading
 from typing import Any
 
 from kvrules import logs
-from kvrules.integrations.vllm033 import BUILDER_BASE_MODULE, BUILDER_QUALNAME, select
+from kvrules.integrations import vllm_align
+from kvrules.integrations.vllm033 import BUILDER_BASE_MODULE, BUILDER_QUALNAME, select, state
 from kvrules.integrations.vllm_specs import VllmNotInstalledError
+from kvrules.pipeline import Planner
 from kvrules.plugin.presets import StrategySpec
 
 #: the platform classmethod that names the builder (vLLM 0.33)
@@ -69,11 +77,32 @@ def _kvrules_hook(cls: Any, vllm_config: Any) -> str:
     return BUILDER_QUALNAME
 
 
+def _planner_033() -> Planner:
+    """The planner of the set vLLM 0.33's builder plans with (:func:`vllm033.active_strategies`)."""
+    return state().planner
+
+
+def _mixin_update_block_size(cls: Any, vllm_config: Any) -> None:
+    """The mixin's ``update_block_size_for_backend``: the platform's own, then kvrules' choice."""
+    parent = getattr(super(KVRulesPlatformMixin, cls), vllm_align.HOOK_NAME, None)
+    if parent is not None:
+        parent(vllm_config)
+    if cls.kvrules_strategies is not None:
+        select(cls.kvrules_strategies)
+    vllm_align.align_engine_start(vllm_config, _planner_033(), "0.33")
+
+
+_mixin_update_block_size._kvrules_engine_start = True  # type: ignore[attr-defined]
+
+
 class KVRulesPlatformMixin:
     """Put before a vLLM ``Platform`` subclass to plan its KV cache with kvrules.
 
     The strategy set is ``KVRULES_VLLM_STRATEGIES`` (unset or ``auto``: ``vllm-0.33``), or what
-    a subclass names in :attr:`kvrules_strategies` (read when the hook is first asked).
+    a subclass names in :attr:`kvrules_strategies` (read when a hook is first asked). Its
+    ``update_block_size_for_backend`` runs the platform's own method, then kvrules' engine-start
+    choice (:func:`kvrules.integrations.vllm_align.align_engine_start`; nothing changes without
+    an aligner beyond vLLM's own).
     """
 
     #: the set this platform plans with; ``None`` defers to ``KVRULES_VLLM_STRATEGIES``
@@ -85,6 +114,8 @@ class KVRulesPlatformMixin:
         if cls.kvrules_strategies is not None:
             select(cls.kvrules_strategies)
         return BUILDER_QUALNAME
+
+    update_block_size_for_backend = classmethod(_mixin_update_block_size)
 
 
 def current_platform_class() -> type:
@@ -111,13 +142,41 @@ def set_platform_hook(platform_cls: type | None = None, *, strategies: StrategyS
         if cls not in _saved:
             _saved[cls] = cls.__dict__.get(HOOK_NAME)
             setattr(cls, HOOK_NAME, classmethod(_kvrules_hook))
-    logs.info("kvrules.vllm.platform_hook", platform=cls.__qualname__, builder=BUILDER_QUALNAME)
+    wrapped = wrap_engine_start(_planner_033, "0.33", cls)
+    logs.info(
+        "kvrules.vllm.platform_hook",
+        platform=cls.__qualname__,
+        builder=BUILDER_QUALNAME,
+        engine_start=wrapped is not None,
+    )
     return cls
 
 
-def restore_platform_hook(platform_cls: type | None = None) -> None:
-    """Give ``platform_cls`` its own hook back (a no-op when :func:`set_platform_hook` did not act)."""
+def wrap_engine_start(
+    planner: vllm_align.PlannerSource, line: str, platform_cls: type | None = None
+) -> type | None:
+    """Wrap ``platform_cls``'s (the active platform's) ``update_block_size_for_backend`` when
+    ``planner()``'s set has an aligner vLLM's ``line`` lacks; returns the class wrapped, else
+    ``None`` (no such aligner, or no hook to wrap). Idempotent (:func:`vllm_align.wrap_platform`).
+
+    :raises VllmNotInstalledError: no class given and vLLM is not importable.
+    """
+    if not vllm_align.extra_aligners(planner(), line):
+        return None
     cls = platform_cls if platform_cls is not None else current_platform_class()
+    return cls if vllm_align.wrap_platform(cls, planner, line) else None
+
+
+def unwrap_engine_start(platform_cls: type) -> None:
+    """Undo :func:`wrap_engine_start` on ``platform_cls`` (a no-op when it is not wrapped)."""
+    vllm_align.unwrap_platform(platform_cls)
+
+
+def restore_platform_hook(platform_cls: type | None = None) -> None:
+    """Give ``platform_cls`` its own hooks back, ``update_block_size_for_backend`` included (a
+    no-op when :func:`set_platform_hook` did not act)."""
+    cls = platform_cls if platform_cls is not None else current_platform_class()
+    vllm_align.unwrap_platform(cls)
     with _lock:
         if cls not in _saved:
             return
@@ -144,5 +203,7 @@ __all__ = [
     "line_preset",
     "restore_platform_hook",
     "set_platform_hook",
+    "unwrap_engine_start",
     "vllm_line",
+    "wrap_engine_start",
 ]
