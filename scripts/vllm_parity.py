@@ -366,9 +366,16 @@ def probes(interface: Any) -> list[tuple[str, dict[str, Any], dict[str, Any], An
     return out
 
 
+def case_names(cases_dir: Path) -> list[str]:
+    """Every case with a vLLM 0.28 answer (``NAME.vllm.json``), sub-folders included
+    (``quantized/c10a_...``), as paths relative to ``cases_dir`` without the suffix."""
+    suffix = ".vllm.json"
+    return sorted(p.relative_to(cases_dir).as_posix()[: -len(suffix)] for p in cases_dir.rglob(f"*{suffix}"))
+
+
 def run_cases(cases_dir: Path, strategies: str) -> int:
     parity = Parity(strategies)
-    names = sorted(p.name[: -len(".vllm.json")] for p in cases_dir.glob("*.vllm.json"))
+    names = case_names(cases_dir)
     print(
         f"vLLM {parity.kv_vllm.vllm_version()} vs kvrules install({parity.strategies!r}); {len(names)} cases"
     )
@@ -381,7 +388,7 @@ def run_cases(cases_dir: Path, strategies: str) -> int:
         notes += [f"get_kv_cache_groups: {n}" for n in parity.groups(case, settings)]
         notes += [f"unify_kv_cache_spec_page_size: {n}" for n in parity.unify(case)]
         differing += bool(notes)
-        print(f"  {name:42s} {'DIFFERS' if notes else 'same'}  ({summary})")
+        print(f"  {name:52s} {'DIFFERS' if notes else 'same'}  ({summary})")
         for note in notes:
             print(f"      - {note}")
     print(f"cases: {len(names) - differing} identical, {differing} differing (of {len(names)})")
@@ -398,8 +405,8 @@ def compare_capacity(cases_dir: Path, strategies: str) -> int:
     """Groups, blocks and capacity (vLLM's own ``get_kv_cache_capacity``) with and without kvrules."""
     parity = Parity(strategies)
     vllm = f"vLLM {parity.kv_vllm.vllm_version()}"
-    print(f"{'case':36s} {vllm:>32s}   kvrules install({parity.strategies!r})")
-    for name in sorted(p.name[: -len(".vllm.json")] for p in cases_dir.glob("*.vllm.json")):
+    print(f"{'case':46s} {vllm:>38s}   kvrules install({parity.strategies!r})")
+    for name in case_names(cases_dir):
         case = json.loads((cases_dir / f"{name}.json").read_text())
         settings = json.loads((cases_dir / f"{name}.vllm.json").read_text())["settings"]
         cells = []
@@ -418,7 +425,7 @@ def compare_capacity(cases_dir: Path, strategies: str) -> int:
             first = result[1][0]
             tokens, _ = parity.utils.get_kv_cache_capacity(cfg, first)
             cells.append(f"{len(first.kv_cache_groups)} groups, {first.num_blocks} blocks, {tokens} tokens")
-        print(f"{name:36s} {cells[0]:>32s}   {cells[1]}")
+        print(f"{name:46s} {cells[0]:>38s}   {cells[1]}")
     return 0
 
 

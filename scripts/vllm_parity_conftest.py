@@ -8,7 +8,9 @@ again before every test (a test that reloads that module would otherwise undo it
 
 Every test is classified by whether it reached kvrules (any call into the three replaced
 functions, direct or through vLLM's own code): tests that did not run vLLM's code only and are
-counted "not applicable". The summary prints the counts and lists every failure.
+counted "not applicable". The summary prints the counts and every failure: expected by design
+(``EXPECTED_FAILURES``, with its reason) or not. With kvrules installed the run's exit status is
+0 exactly when every failure is an expected one and every expected one failed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ CALLS = {"count": 0}
 OUTCOMES: dict[str, str] = {}
 DETAILS: dict[str, str] = {}
 REACHED: dict[str, bool] = {}
+
+#: test function (``path::name``, any parameters) -> why it fails by design with kvrules
+EXPECTED_FAILURES: dict[str, str] = {
+    "tests/v1/core/test_kv_cache_utils.py::test_unify_kv_cache_spec_page_size_mamba": (
+        "its third part builds MambaSpec(shapes=((6144,),)) with the helper's two default dtypes; "
+        "vLLM zips shapes with dtypes and drops the second dtype silently, kvrules refuses the "
+        "spec with a SpecError naming the layer ('MambaSpec has 1 shapes but 2 dtypes'). The "
+        "first two parts, the #43626 Mamba padding, reach kvrules and pass before that line"
+    ),
+}
 
 
 def _counting(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,6 +101,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         OUTCOMES.setdefault(report.nodeid, "passed")
 
 
+def expected_reason(nodeid: str) -> str | None:
+    """Why ``nodeid`` fails by design with kvrules installed, or None when it should pass."""
+    return EXPECTED_FAILURES.get(nodeid.split("[", 1)[0])
+
+
+def verdict() -> tuple[list[str], list[str], list[str]]:
+    """(expected failures, unexpected failures, listed tests that did not fail), by node id; a
+    failure that did not reach kvrules is unexpected (vLLM alone fails there)."""
+    failed = {n for n, o in OUTCOMES.items() if o == "failed"}
+    expected = sorted(n for n in failed if REACHED.get(n) and expected_reason(n))
+    listed = {n for n in OUTCOMES if expected_reason(n)}
+    return expected, sorted(failed - set(expected)), sorted(listed - failed)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With kvrules installed, only an unexpected failure (or a listed one that passed) fails the run."""
+    if os.environ.get("KVRULES_PARITY_INSTALL") and OUTCOMES:
+        _, unexpected, stale = verdict()
+        session.exitstatus = 1 if unexpected or stale else 0
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not os.environ.get("KVRULES_PARITY_INSTALL"):
         return
@@ -104,7 +137,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     write(f"  not applicable (ran vLLM's own code only): {na} ({counts.get((False, 'failed'), 0)} failed)")
     reached = sorted(n.split("::")[-1] for n in OUTCOMES if REACHED.get(n))
     write(f"  reached kvrules: {', '.join(reached)}")
-    for nodeid, outcome in sorted(OUTCOMES.items()):
-        if outcome == "failed":
-            where = "kvrules" if REACHED.get(nodeid) else "vLLM only"
-            write(f"  FAILED {nodeid} [{where}]: {DETAILS.get(nodeid, '')}")
+    expected, unexpected, stale = verdict()
+    for nodeid in expected:
+        write(f"  expected by design: {nodeid}: {expected_reason(nodeid)} ({DETAILS.get(nodeid, '')})")
+    for nodeid in unexpected:
+        where = "kvrules" if REACHED.get(nodeid) else "vLLM only"
+        write(f"  UNEXPECTED FAILURE {nodeid} [{where}]: {DETAILS.get(nodeid, '')}")
+    for nodeid in stale:
+        write(f"  LISTED BUT NOT FAILED {nodeid} (update EXPECTED_FAILURES)")
+    write(
+        f"  {len(expected)} expected failures, {len(unexpected)} unexpected, {len(stale)} listed but not failed"
+    )

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import torch
 import vllm_standins as vs
+from case_loader import load_case
 
+import kvrules
 from kvrules import ConfigError, EngineConfig, Planner, SpecError
 from kvrules.integrations import vllm as kv_vllm
 from kvrules.integrations import vllm033, vllm_platform
@@ -190,6 +192,113 @@ def test_state_and_conversions_outlive_builder_instances() -> None:
     first = st.to_kvrules(spec, "l0")
     assert vllm033.state() is st and st.to_kvrules(spec, "l0") is first
     assert st.planner.plugin_manager is Planner().plugin_manager
+
+
+def test_a_replaced_default_manager_starts_a_new_state() -> None:
+    from kvrules.plugin import manager
+
+    before = shared()
+    saved = manager.default_manager()
+    manager.set_default_manager(kvrules.get_plugin_manager())
+    try:
+        after = shared()
+        assert after is not before and after.planner.plugin_manager is manager.default_manager()
+    finally:
+        manager.set_default_manager(saved)
+
+
+def counting_conversions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The layers the 0.33 conversion is asked for, from now on."""
+    asked: list[str] = []
+
+    def counted(spec: Any, **kw: Any) -> Any:
+        asked.append(kw["layer"])
+        return from_vllm033_spec(spec, **kw)
+
+    monkeypatch.setattr("kvrules.integrations.vllm033.from_vllm033_spec", counted)
+    return asked
+
+
+def test_equal_specs_remade_by_vllm_convert_once_and_share_one_kvrules_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # vLLM 0.33 re-makes every sliding-window spec on each call (extra_retained_tokens)
+    asked = counting_conversions(monkeypatch)
+    st = shared()
+    first = {f"l{i}": swa() for i in range(4)}
+    again = {f"l{i}": swa() for i in range(4)}
+    kv_first = [st.to_kvrules(s, n) for n, s in first.items()]
+    kv_again = [st.to_kvrules(s, n) for n, s in again.items()]
+    assert asked == ["l0"]
+    assert all(kv is kv_first[0] for kv in kv_first + kv_again)
+
+
+def test_a_group_spec_the_builder_returned_converts_back_without_conversion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs = {  # two pages: one uniform-type group
+        f"l{i}": NS.FullAttentionSpec(block_size=16, num_kv_heads=1 + i % 2, head_size=128, dtype=BF16)
+        for i in range(4)
+    }
+    st = shared()
+    cfg = vs.vllm_config_033()
+    groups = vllm033.get_kv_cache_groups(st, cfg, dict(specs))
+    assert [type(g.kv_cache_spec).__name__ for g in groups] == ["UniformTypeKVCacheSpecs"]
+    asked = counting_conversions(monkeypatch)
+    for _ in range(3):  # the bytes-per-block answer, admission, the placement
+        assert vllm033.pool_bytes_per_block(st, cfg, groups) == sum(s.page_size_bytes for s in specs.values())
+        vllm033.get_kv_cache_config_from_groups(st, cfg, groups, 8)
+    assert asked == []
+    members = groups[0].kv_cache_spec.kv_cache_specs
+    given = {id(s) for s in specs.values()}
+    assert all(members[n] == specs[n] and id(members[n]) in given for n in specs)  # objects that went in
+
+
+def test_non_mla_attention_reads_pages_strided_on_033_and_mla_does_not() -> None:
+    assert from_vllm033_spec(full(), layer="f").indexes_kv_by_block_stride is True  # type: ignore[attr-defined]
+    assert from_vllm033_spec(swa(), layer="s").indexes_kv_by_block_stride is True  # type: ignore[attr-defined]
+    assert from_vllm033_spec(mla(), layer="m").indexes_kv_by_block_stride is False  # type: ignore[attr-defined]
+    for spec in (full(), swa(), mla()):
+        assert to_vllm033_spec(from_vllm033_spec(spec, layer="x"), classes=CLASSES, layer="x") == spec
+
+
+def test_a_strided_mla_page_cannot_be_expressed_in_033() -> None:
+    kv = from_vllm033_spec(mla(), layer="m").evolve(indexes_kv_by_block_stride=True)
+    with pytest.raises(SpecError, match=r"layer 'm'.*indexes_kv_by_block_stride=True cannot be expressed"):
+        to_vllm033_spec(kv, classes=CLASSES, layer="m")
+
+
+def case_specs_033(name: str) -> tuple[dict[str, Any], Any]:
+    """A shared case's layers as vLLM 0.33 stand-in specs, and its recorded vLLM 0.33 answer."""
+    case = load_case(name, "vllm-0.33")
+    specs = {
+        n: to_vllm033_spec(s.evolve(indexes_kv_by_block_stride=False), classes=CLASSES, layer=n)
+        if getattr(s, "indexes_kv_by_block_stride", False)
+        else to_vllm033_spec(s, classes=CLASSES, layer=n)
+        for n, s in case.all_specs.items()
+    }
+    return specs, case.answer
+
+
+@pytest.mark.parametrize(
+    "name", ["c4_nondivisible_without_block_stride", "c4_nondivisible_with_block_stride"]
+)
+def test_default_pads_what_vllm_033_pads(name: str) -> None:
+    specs, answer = case_specs_033(name)
+    cfg = vs.vllm_config_033()
+    placed = {}
+    for strategies in ("vllm-0.33", "default"):
+        st = shared(strategies)
+        groups = vllm033.get_kv_cache_groups(st, cfg, dict(specs))
+        assert any(d.rule in ("attention-pad", "stride-pad") and d.outcome == "applied" for d in st.decisions)
+        config = vllm033.get_kv_cache_config_from_groups(st, cfg, groups, 64)
+        placed[strategies] = (
+            [(tuple(g.layer_names), g.kv_cache_spec.page_size_bytes) for g in groups],
+            [(t.size, tuple(t.layers), t.layer_stride, t.block_stride) for t in config.kv_cache_tensors],
+        )
+    assert placed["default"] == placed["vllm-0.33"]
+    recorded = sorted(sorted(g["layer_names"]) for g in answer["kv_cache_groups"])
+    assert sorted(sorted(names) for names, _ in placed["default"][0]) == recorded
 
 
 # -- selection -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import types
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -38,6 +39,7 @@ from kvrules import (
     UniformTypeKVCacheSpecs,
 )
 from kvrules.integrations import vllm as kv_vllm
+from kvrules.integrations import vllm_platform
 from kvrules.integrations.vllm_config import read_vllm_config
 from kvrules.integrations.vllm_specs import VllmClasses, VllmNotInstalledError
 
@@ -50,19 +52,19 @@ def adapter(strategies: Any = "vllm") -> kv_vllm.VllmAdapter:
 
 
 def full(**kw: Any) -> Any:
-    args = {"block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype": torch.float32} | kw
-    return vs.FullAttentionSpec(**args)
+    args: dict[str, Any] = {"block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype": torch.float32}
+    return vs.FullAttentionSpec(**(args | kw))
 
 
 def swa(**kw: Any) -> Any:
-    args = {
+    args: dict[str, Any] = {
         "block_size": 16,
         "num_kv_heads": 2,
         "head_size": 64,
         "dtype": torch.float32,
         "sliding_window": 1,
-    } | kw
-    return vs.SlidingWindowSpec(**args)
+    }
+    return vs.SlidingWindowSpec(**(args | kw))
 
 
 KV_SPECS = {
@@ -149,12 +151,13 @@ def test_vllm_objects_round_trip_with_unmodelled_defaults_restored() -> None:
 def test_attention_round_trip_property(
     kind: str, block: int, heads: int, head: int, dtype: Any, window: int
 ) -> None:
-    common = {"block_size": block, "num_kv_heads": heads, "head_size": head, "dtype": dtype}
-    spec = {
+    common: dict[str, Any] = {"block_size": block, "num_kv_heads": heads, "head_size": head, "dtype": dtype}
+    makers: dict[str, Callable[[], Any]] = {
         "full": lambda: vs.FullAttentionSpec(**common),
         "swa": lambda: vs.SlidingWindowSpec(**common, sliding_window=window),
         "chunked": lambda: vs.ChunkedLocalAttentionSpec(**common, attention_chunk_size=window),
-    }[kind]()
+    }
+    spec = makers[kind]()
     kv = kv_vllm.from_vllm_spec(spec, layer="x")
     assert kv.page_size_bytes == spec.page_size_bytes
     assert kv_vllm.to_vllm_spec(kv, classes=CLASSES) == spec
@@ -217,14 +220,16 @@ def test_older_vllm_without_a_field() -> None:
 
 def test_older_vllm_without_extra_retained_tokens_or_head_size_v() -> None:
     old = CLASSES_027.specs
-    chunked = kv_vllm.to_vllm_spec(KV_SPECS["chunked"], classes=CLASSES_027)
-    assert type(chunked) is old["ChunkedLocalAttentionSpec"] and chunked.attention_chunk_size == 8192
+    chunked: Any = kv_vllm.to_vllm_spec(KV_SPECS["chunked"], classes=CLASSES_027)
+    assert chunked.attention_chunk_size == 8192
+    assert type(chunked) is old["ChunkedLocalAttentionSpec"]
     window = old["SlidingWindowSpec"](
         block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32, sliding_window=8
     )
     cfg = vs.vllm_config(max_model_len=64, speculative=vs.MTPConfig(3))  # such a vLLM retains no extra tokens
     plan = kv_vllm.VllmAdapter(classes=CLASSES_027).plan(cfg, [{"w": window}], [1 << 24])
-    assert plan.config.extra_retained_tokens == 0 and plan.specs["w"].extra_retained_tokens == 0
+    assert plan.config.extra_retained_tokens == 0
+    assert getattr(plan.specs["w"], "extra_retained_tokens", None) == 0
 
 
 def test_kvrules_only_type_has_no_vllm_class() -> None:
@@ -365,6 +370,13 @@ def test_configs_set_extra_retained_tokens_for_multi_module_mtp() -> None:
     assert configs[0].kv_cache_groups[1].kv_cache_spec == swa(extra_retained_tokens=2)
 
 
+def test_layers_sharing_a_window_spec_share_the_one_with_extra_tokens() -> None:
+    cfg = vs.vllm_config(max_model_len=64, speculative=vs.MTPConfig(3))
+    plan = adapter().plan(cfg, [{"l1": full(), "l2": swa(), "l3": swa()}], [1 << 24])
+    assert plan.specs["l2"] is plan.specs["l3"]
+    assert getattr(plan.specs["l2"], "extra_retained_tokens", None) == 2
+
+
 def test_workers_that_disagree_raise_an_assertion_error() -> None:
     with pytest.raises(AssertionError, match="layer 'l1' has different specs") as info:
         adapter().get_kv_cache_configs(vs.vllm_config(), [{"l1": full()}, {"l1": swa()}], [1 << 20, 1 << 20])
@@ -411,9 +423,92 @@ def test_attention_free_model() -> None:
     assert configs == [vs.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=[])]
 
 
+# -- state kept across calls -----------------------------------------------------------------
+@pytest.fixture
+def fresh_states() -> Iterator[None]:
+    kv_vllm.reset()
+    yield
+    kv_vllm.reset()
+
+
+def counting_conversions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The layers the vLLM -> kvrules conversion is asked for, from now on."""
+    asked: list[str] = []
+    real = kv_vllm.from_vllm_spec
+
+    def counted(spec: Any, **kw: Any) -> Any:
+        asked.append(kw["layer"])
+        return real(spec, **kw)
+
+    monkeypatch.setattr(kv_vllm, "from_vllm_spec", counted)
+    return asked
+
+
+def test_adapters_made_one_after_another_share_planner_and_conversions(
+    fresh_states: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = counting_conversions(monkeypatch)
+    specs = {f"l{i}": full() if i % 3 else swa() for i in range(6)}
+    cfg = vs.vllm_config(max_model_len=64)
+    first = adapter().get_kv_cache_configs(cfg, [specs], [1 << 24])
+    again = {n: dataclasses.replace(s) for n, s in specs.items()}  # equal specs, new objects
+    second = adapter().get_kv_cache_configs(cfg, [again], [1 << 24])
+    assert first == second
+    assert asked == ["l0", "l1"]  # one conversion per distinct spec, over both calls
+    assert adapter().planner is adapter().planner
+    assert kv_vllm.adapter_state("vllm").planner is adapter().planner
+
+
+def test_an_unchanged_spec_comes_back_as_the_very_vllm_object(fresh_states: None) -> None:
+    specs = {f"l{i}": full() for i in range(3)}
+    (config,) = adapter().get_kv_cache_configs(vs.vllm_config(max_model_len=64), [specs], [1 << 24])
+    (group,) = config.kv_cache_groups
+    assert group.kv_cache_spec is specs["l0"]
+    (again,) = adapter().get_kv_cache_groups(vs.vllm_config(), dict(specs))
+    assert again.kv_cache_spec is specs["l0"]
+
+
+def test_uniform_type_group_members_come_back_as_the_layers_objects(fresh_states: None) -> None:
+    specs = {"a": full(), "b": full(num_kv_heads=4)}  # one type, two pages: one uniform-type group
+    (config,) = adapter().get_kv_cache_configs(vs.vllm_config(max_model_len=64), [specs], [1 << 24])
+    (group,) = config.kv_cache_groups
+    assert type(group.kv_cache_spec).__name__ == "UniformTypeKVCacheSpecs"
+    assert all(group.kv_cache_spec.kv_cache_specs[n] is specs[n] for n in specs)
+
+
+def test_a_cached_spec_never_comes_back_as_another_vllm_lines_object(fresh_states: None) -> None:
+    kv = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="float32")
+    group = kvrules.KVCacheGroup(("l0",), kv)
+    cache = kv_vllm.adapter_state().cache
+    (on_028,) = kv_vllm.to_kv_cache_groups([group], classes=CLASSES, cache=cache)
+    (on_027,) = kv_vllm.to_kv_cache_groups([group], classes=CLASSES_027, cache=cache)
+    assert type(on_028.kv_cache_spec) is CLASSES.specs["FullAttentionSpec"]
+    assert type(on_027.kv_cache_spec) is CLASSES_027.specs["FullAttentionSpec"]
+
+
+def test_a_plugin_manager_of_its_own_keeps_its_own_state(fresh_states: None) -> None:
+    own = kv_vllm.VllmAdapter("vllm", plugin_manager=kvrules.get_plugin_manager(), classes=CLASSES)
+    assert own.planner is not adapter().planner and own.cache is not adapter().cache
+
+
+def test_reset_and_a_replaced_default_manager_start_a_new_state(fresh_states: None) -> None:
+    from kvrules.plugin import manager
+
+    before = kv_vllm.adapter_state()
+    kv_vllm.reset()
+    after = kv_vllm.adapter_state()
+    assert after is not before
+    saved = manager.default_manager()
+    manager.set_default_manager(kvrules.get_plugin_manager())
+    try:
+        assert kv_vllm.adapter_state() is not after
+    finally:
+        manager.set_default_manager(saved)
+
+
 # -- install / uninstall ---------------------------------------------------------------------
 @pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> tuple[types.ModuleType, types.ModuleType]:
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[types.ModuleType, types.ModuleType]]:
     """``vllm.v1.core.kv_cache_utils`` and ``vllm.v1.engine.core`` (which imported one function)."""
     kv_vllm.uninstall()
     utils = types.ModuleType("vllm.v1.core.kv_cache_utils")
@@ -459,7 +554,7 @@ def test_install_another_set_swaps_the_planner(fake_vllm: tuple[types.ModuleType
     kv_vllm.install("vllm")
     with structlog.testing.capture_logs() as logs:
         kv_vllm.install("default")
-    assert [e["strategy_set"] for e in logs] == ["default"]
+    assert [e["strategy_set"] for e in logs if e["event"] == "kvrules.vllm.installed"] == ["default"]
     assert kv_vllm.installed_strategies() == "default"
     kv_vllm.uninstall()
     assert utils.get_kv_cache_groups is original
@@ -519,6 +614,7 @@ def test_install_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_general_plugin_installs_only_when_asked(
     fake_vllm: tuple[types.ModuleType, types.ModuleType], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(vllm_platform, "vllm_line", lambda: "0.28")  # a real 0.33 may be installed
     monkeypatch.delenv(kv_vllm.STRATEGIES_ENV, raising=False)
     kv_vllm.vllm_general_plugin()
     assert kv_vllm.installed_strategies() is None
@@ -547,6 +643,8 @@ def test_importing_kvrules_never_imports_vllm() -> None:
 def test_real_vllm_round_trip_and_drop_in_parity() -> None:
     interface = pytest.importorskip("vllm.v1.kv_cache_interface")
     utils = pytest.importorskip("vllm.v1.core.kv_cache_utils")
+    if vllm_platform.vllm_line() != "0.28":
+        pytest.skip("the installed vLLM is the 0.33 line: tests/test_vllm033_integration.py covers it")
     real = kv_vllm.vllm_classes()
     specs = {
         f"layer.{i}": spec for i, spec in enumerate(KV_SPECS.values()) if type(spec).__name__ in real.specs

@@ -37,6 +37,7 @@ from kvrules.errors import CapacityError, ConfigError, GroupingError
 from kvrules.integrations import vllm033, vllm_platform
 from kvrules.integrations.vllm_config import VllmSettings, read_vllm_config
 from kvrules.integrations.vllm_specs import (
+    ConversionCache,
     VllmClasses,
     VllmNotInstalledError,
     from_vllm_spec,
@@ -49,7 +50,7 @@ from kvrules.integrations.vllm_specs import (
 from kvrules.pipeline import Planner
 from kvrules.pipeline.convert import convert
 from kvrules.plan import KVCacheGroup, Plan, WorkerPlan
-from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec
 from kvrules.specs import MambaSpec, SlidingWindowSpec
 from kvrules.specs.base import KVCacheSpec
@@ -79,14 +80,29 @@ class VllmCapacityError(CapacityError):
 
 
 # -- plan -> vLLM ----------------------------------------------------------------------------
-def _group_spec(group: KVCacheGroup, classes: VllmClasses, cache: dict[int, Any]) -> Any:
-    key = id(group.spec)
-    spec = cache.get(key)
-    if spec is None:
-        spec = to_vllm_spec(
-            group.spec, layer=group.layer_names[0] if group.layer_names else None, classes=classes
+#: builds vLLM's spec for a kvrules spec (the spec, the layer it stands for in error messages)
+SpecBuilder = Callable[[KVCacheSpec, str], Any]
+
+
+def _spec_builder(classes: VllmClasses, cache: ConversionCache | None) -> SpecBuilder:
+    """``to_vllm_spec`` for ``classes``, through ``cache`` when given (an unchanged spec, a group
+    spec's members included, is then the very vLLM object it came from), else once per spec
+    object of one call."""
+    made = cache if cache is not None else ConversionCache()
+
+    def build(spec: KVCacheSpec, layer: str) -> Any:
+        return made.to_vllm(
+            spec,
+            layer,
+            lambda kv, name: to_vllm_spec(kv, layer=name, classes=classes, member=build),
+            target=classes.specs.get(type(spec).__name__),
         )
-        cache[key] = spec
+
+    return build
+
+
+def _group_spec(group: KVCacheGroup, classes: VllmClasses, build: SpecBuilder) -> Any:
+    spec = build(group.spec, group.layer_names[0] if group.layer_names else "<empty group>")
     return classes.KVCacheGroupSpec(
         list(group.layer_names), spec, is_eagle_group=group.is_eagle_group and bool(group.layer_names)
     )
@@ -108,28 +124,42 @@ def _tensor(tensor: Any, classes: VllmClasses) -> Any:
     return classes.KVCacheTensor(**kwargs)
 
 
-def to_kv_cache_config(worker: WorkerPlan, *, classes: VllmClasses | None = None) -> Any:
-    """vLLM's ``KVCacheConfig`` for one worker of a plan (groups projected onto the worker)."""
+def to_kv_cache_config(
+    worker: WorkerPlan, *, classes: VllmClasses | None = None, cache: ConversionCache | None = None
+) -> Any:
+    """vLLM's ``KVCacheConfig`` for one worker of a plan (groups projected onto the worker).
+
+    :param cache: the conversions to reuse and extend (an adapter's); one for this call when omitted.
+    """
     resolved = classes if classes is not None else vllm_classes()
-    cache: dict[int, Any] = {}
+    build = _spec_builder(resolved, cache)
     return resolved.KVCacheConfig(
         num_blocks=worker.num_blocks,
         kv_cache_tensors=[_tensor(t, resolved) for t in worker.tensors],
-        kv_cache_groups=[_group_spec(g, resolved, cache) for g in worker.groups],
+        kv_cache_groups=[_group_spec(g, resolved, build) for g in worker.groups],
     )
 
 
-def to_kv_cache_configs(plan: Plan, *, classes: VllmClasses | None = None) -> list[Any]:
-    """vLLM's ``KVCacheConfig`` for every worker of ``plan``, in worker order."""
+def to_kv_cache_configs(
+    plan: Plan, *, classes: VllmClasses | None = None, cache: ConversionCache | None = None
+) -> list[Any]:
+    """vLLM's ``KVCacheConfig`` for every worker of ``plan``, in worker order (``cache``: as
+    :func:`to_kv_cache_config`; one for all workers when omitted)."""
     resolved = classes if classes is not None else vllm_classes()
-    return [to_kv_cache_config(w, classes=resolved) for w in plan.workers]
+    shared = cache if cache is not None else ConversionCache()
+    return [to_kv_cache_config(w, classes=resolved, cache=shared) for w in plan.workers]
 
 
-def to_kv_cache_groups(groups: Sequence[KVCacheGroup], *, classes: VllmClasses | None = None) -> list[Any]:
-    """vLLM's ``KVCacheGroupSpec`` list for kvrules groups."""
+def to_kv_cache_groups(
+    groups: Sequence[KVCacheGroup],
+    *,
+    classes: VllmClasses | None = None,
+    cache: ConversionCache | None = None,
+) -> list[Any]:
+    """vLLM's ``KVCacheGroupSpec`` list for kvrules groups (``cache``: as :func:`to_kv_cache_config`)."""
     resolved = classes if classes is not None else vllm_classes()
-    cache: dict[int, Any] = {}
-    return [_group_spec(g, resolved, cache) for g in groups]
+    build = _spec_builder(resolved, cache)
+    return [_group_spec(g, resolved, build) for g in groups]
 
 
 # -- vLLM-facing log lines -------------------------------------------------------------------
@@ -168,6 +198,8 @@ def _route(
 
 
 def _check_same_across_workers(kv_cache_specs: Sequence[Mapping[str, Any]]) -> None:
+    if len(kv_cache_specs) < 2:
+        return
     seen: dict[str, tuple[int, Any]] = {}
     for index, worker in enumerate(kv_cache_specs):
         for name, spec in worker.items():
@@ -180,13 +212,18 @@ def _check_same_across_workers(kv_cache_specs: Sequence[Mapping[str, Any]]) -> N
 
 
 def _with_extra_retained(workers: list[dict[str, KVCacheSpec]], tokens: int) -> list[dict[str, KVCacheSpec]]:
-    """Set ``extra_retained_tokens`` on every sliding-window layer, as vLLM 0.28 does before grouping."""
+    """Set ``extra_retained_tokens`` on every sliding-window layer, as vLLM 0.28 does before grouping
+    (once per spec object: layers that shared a spec share the new one)."""
     out = []
+    done: dict[int, KVCacheSpec] = {}
     for worker in workers:
         fixed = dict(worker)
         for name, spec in worker.items():
             if isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens != tokens:
-                fixed[name] = spec.evolve(extra_retained_tokens=tokens)
+                new = done.get(id(spec))
+                if new is None:
+                    new = done[id(spec)] = spec.evolve(extra_retained_tokens=tokens)
+                fixed[name] = new
         out.append(fixed)
     return out
 
@@ -204,12 +241,58 @@ def _check_mamba_mode(workers: Sequence[Mapping[str, KVCacheSpec]], mode: str | 
                 )
 
 
+@dataclass
+class AdapterState:
+    """What outlives an adapter (``install()`` makes a new one each time): the planner of one
+    strategy set over ``default_manager()`` and the conversions both ways."""
+
+    planner: Planner
+    cache: ConversionCache = dataclasses.field(default_factory=ConversionCache)
+
+
+_states: dict[tuple[str, ...], AdapterState] = {}
+
+
+def _state_key(strategies: StrategySpec) -> tuple[str, ...]:
+    if strategies is None:
+        return ("",)
+    return (strategies,) if isinstance(strategies, str) else tuple(strategies)
+
+
+def adapter_state(strategies: StrategySpec = DEFAULT_STRATEGIES) -> AdapterState:
+    """The process's shared state of ``strategies`` (made on first use, and again when
+    ``default_manager()`` was replaced since).
+
+    :raises PluginError: an unknown strategy name.
+    """
+    key = _state_key(strategies)
+    with _lock:
+        found = _states.get(key)
+        if found is None or found.planner.plugin_manager is not default_manager():
+            found = _states[key] = AdapterState(Planner(strategies))
+        return found
+
+
+def reset() -> None:
+    """Forget every shared adapter state and the default adapter (tests; a changed plugin set)."""
+    global _default_adapter
+    with _lock:
+        _states.clear()
+        _default_adapter = None
+
+
 class VllmAdapter:
     """The three drop-in functions, planning with one kvrules strategy set.
 
+    Without ``plugin_manager`` the adapter plans with the process's shared state of its set
+    (:func:`adapter_state`), so adapters made one after another (``install()`` makes one each
+    time) keep one planner and one conversion cache: an unchanged vLLM spec object converts
+    once, and an unchanged spec comes back as the very vLLM object.
+
     :param strategies: a preset name (``"vllm"`` reproduces vLLM 0.28; ``"default"``), or a list
         of rule names, as :class:`kvrules.Planner` takes.
-    :param plugin_manager: a manager from :func:`kvrules.get_plugin_manager`.
+    :param plugin_manager: a manager from :func:`kvrules.get_plugin_manager` (a planner and a
+        cache of this adapter's own).
     :param classes: the vLLM classes to build (the installed vLLM's, imported on first use).
     """
 
@@ -220,7 +303,12 @@ class VllmAdapter:
         plugin_manager: KVRulesPluginManager | None = None,
         classes: VllmClasses | None = None,
     ) -> None:
-        self.planner = Planner(strategies, plugin_manager=plugin_manager)
+        if plugin_manager is None:
+            state = adapter_state(strategies)
+        else:
+            state = AdapterState(Planner(strategies, plugin_manager=plugin_manager))
+        self.planner = state.planner
+        self.cache = state.cache
         self._classes = classes
 
     @property
@@ -236,7 +324,10 @@ class VllmAdapter:
         return (self.planner.strategies.name, *self.planner.strategies.names())
 
     def _from_vllm(self, specs: Mapping[str, Any]) -> dict[str, KVCacheSpec]:
-        return from_vllm_specs(specs, spec_types=self.planner.registries.spec_types.classes)
+        return {name: self.cache.to_kvrules(spec, name, self._convert_in) for name, spec in specs.items()}
+
+    def _convert_in(self, spec: Any, layer: str) -> KVCacheSpec:
+        return from_vllm_spec(spec, layer=layer, spec_types=self.planner.registries.spec_types.classes)
 
     def unify_kv_cache_spec_page_size(self, kv_cache_spec: dict[str, Any]) -> dict[str, Any]:
         """vLLM's ``unify_kv_cache_spec_page_size``: every page brought to the largest.
@@ -271,7 +362,7 @@ class VllmAdapter:
                 if new is not specs[name]:
                     kv_cache_spec[name] = to_vllm_spec(new, layer=name, classes=self.classes)
         _forward_to_vllm_log(decisions)
-        return to_kv_cache_groups(groups, classes=self.classes)
+        return to_kv_cache_groups(groups, classes=self.classes, cache=self.cache)
 
     def plan(
         self, vllm_config: Any, kv_cache_specs: Sequence[Mapping[str, Any]], available_memory: Sequence[int]
@@ -334,7 +425,7 @@ class VllmAdapter:
         if settings.engine.auto_fit_max_model_len and plan.max_model_len < settings.engine.max_model_len:
             vllm_config.model_config.max_model_len = plan.max_model_len
         _forward_to_vllm_log(plan.decisions)
-        return to_kv_cache_configs(plan, classes=self.classes)
+        return to_kv_cache_configs(plan, classes=self.classes, cache=self.cache)
 
 
 # -- module-level drop-ins -------------------------------------------------------------------
@@ -423,7 +514,9 @@ def install(
 
     Replaces ``unify_kv_cache_spec_page_size``, ``get_kv_cache_groups`` and
     ``get_kv_cache_configs`` in ``vllm.v1.core.kv_cache_utils`` and in every loaded ``vllm.*``
-    module that imported them. Idempotent: installing the same strategy set again only
+    module that imported them. When the set has an aligner vLLM lacks (``default``), it also
+    wraps the active platform's ``update_block_size_for_backend`` so that block sizes are chosen
+    at engine start (:mod:`kvrules.integrations.vllm_align`); :func:`uninstall` undoes both. Idempotent: installing the same strategy set again only
     re-applies replacements that were undone (e.g. by ``importlib.reload`` of vLLM's module);
     another set replaces the active one. Logs one ``kvrules.vllm.installed`` event when it acts.
 
@@ -444,16 +537,44 @@ def install(
         fresh = _patch(utils)
         if current is not None and same:
             if not fresh:
+                _wrap_engine_start()
                 return
             adapter = current.adapter
         patched = (current.patched if current is not None else []) + fresh
         _installation = _Installation(adapter, patched)
+    wrapped = _wrap_engine_start()
     logs.info(
         "kvrules.vllm.installed",
         strategy_set=adapter.planner.strategies.name,
         vllm_version=vllm_version(),
         replaced=sorted({f"{m.__name__}.{n}" for m, n, _ in patched}),
+        engine_start=wrapped,
     )
+
+
+_engine_start_platform: type | None = None
+
+
+def _installed_planner() -> Planner:
+    """The planner of the installed set (what the engine-start wrapper asks at every call)."""
+    return _adapter().planner
+
+
+def _wrap_engine_start() -> str | None:
+    """Wrap the active platform's ``update_block_size_for_backend`` when the installed set has an
+    aligner vLLM 0.28 lacks (``default``: ``draft-aware-align``), else undo an earlier wrap; returns
+    the wrapped class's name. Without ``vllm.platforms`` (a stand-in vLLM: a real one always has
+    it) nothing is wrapped."""
+    global _engine_start_platform
+    try:
+        cls = vllm_platform.wrap_engine_start(_installed_planner, "0.28")
+    except VllmNotInstalledError:
+        return None
+    with _lock:
+        old, _engine_start_platform = _engine_start_platform, cls
+    if old is not None and old is not cls:
+        vllm_platform.unwrap_engine_start(old)
+    return None if cls is None else cls.__qualname__
 
 
 def uninstall() -> None:
@@ -473,7 +594,17 @@ def uninstall() -> None:
                 if module.__dict__.get(name) is _DROP_INS[name]:
                     setattr(module, name, original)
         _installation = None
+    _unwrap_engine_start()
     logs.info("kvrules.vllm.uninstalled", restored=len(current.patched))
+
+
+def _unwrap_engine_start() -> None:
+    """Give the platform wrapped by :func:`install` its own ``update_block_size_for_backend`` back."""
+    global _engine_start_platform
+    with _lock:
+        cls, _engine_start_platform = _engine_start_platform, None
+    if cls is not None:
+        vllm_platform.unwrap_engine_start(cls)
 
 
 def installed_strategies() -> str | None:
@@ -498,8 +629,9 @@ def vllm_general_plugin() -> None:
     vLLM 0.33 it sets the public platform hook ``get_kv_cache_config_builder_cls`` on the active
     platform class to kvrules' builder (:func:`kvrules.integrations.vllm_platform.set_platform_hook`;
     ``auto`` is ``vllm-0.33``); on vLLM 0.28, which has no hook, it calls :func:`install`
-    (``auto`` is ``vllm-0.28``). Unset, it does nothing, so merely installing kvrules never
-    changes vLLM.
+    (``auto`` is ``vllm-0.28``). Either way, a set with an aligner vLLM lacks (``default``) also
+    wraps the platform's ``update_block_size_for_backend`` (:mod:`kvrules.integrations.vllm_align`).
+    Unset, it does nothing, so merely installing kvrules never changes vLLM.
     """
     text = os.environ.get(STRATEGIES_ENV, "").strip()
     if not text:
@@ -515,12 +647,14 @@ def vllm_general_plugin() -> None:
 
 __all__ = [
     "DROP_IN_NAMES",
+    "AdapterState",
     "STRATEGIES_ENV",
     "VllmAdapter",
     "VllmCapacityError",
     "VllmClasses",
     "VllmNotInstalledError",
     "WorkerSpecMismatchError",
+    "adapter_state",
     "from_vllm_spec",
     "from_vllm_specs",
     "get_kv_cache_configs",
@@ -528,6 +662,7 @@ __all__ = [
     "install",
     "installed_strategies",
     "parse_strategies",
+    "reset",
     "to_kv_cache_config",
     "to_kv_cache_configs",
     "to_kv_cache_groups",

@@ -32,7 +32,7 @@ from kvrules import logs
 from kvrules.errors import ConfigError
 from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec, to_vllm033_spec
 from kvrules.integrations.vllm_config import read_vllm033_config
-from kvrules.integrations.vllm_specs import VllmClasses, vllm_classes
+from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, vllm_classes
 from kvrules.pipeline import Grouping, Planner
 from kvrules.pipeline.convert import convert
 from kvrules.pipeline.layout import choose_layouts, lay_out
@@ -49,8 +49,6 @@ BUILDER_BASE_MODULE = "vllm.v1.core.kv_cache_config_builder"
 STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
 #: the preset that reproduces vLLM 0.33 (``auto`` / unset on this line)
 LINE_PRESET = "vllm-0.33"
-#: conversions kept before the cache is emptied (a model has at most a few thousand layers)
-CACHE_LIMIT = 65536
 
 
 def parse_strategies(text: str | None, line_preset: str) -> StrategySpec:
@@ -75,12 +73,13 @@ class BuilderState:
 
     :ivar planner: the kvrules planner (over ``default_manager()`` unless given).
     :ivar classes: the vLLM classes results are built from (the installed vLLM's by default).
+    :ivar cache: the conversions both ways (by object, then by value; an unchanged spec comes
+        back as the very vLLM object).
     """
 
     planner: Planner
     classes_: VllmClasses | None = None
-    _in: dict[int, tuple[Any, KVCacheSpec]] = field(default_factory=dict)
-    _out: dict[tuple[int, tuple[tuple[str, Any], ...]], tuple[KVCacheSpec, Any]] = field(default_factory=dict)
+    cache: ConversionCache = field(default_factory=lambda: ConversionCache(back_key=_back_key))
     decisions: tuple[Any, ...] = ()
 
     @property
@@ -96,33 +95,33 @@ class BuilderState:
         return self.planner.strategies.name
 
     def to_kvrules(self, spec: Any, layer: str) -> KVCacheSpec:
-        """kvrules' spec for vLLM's ``spec`` (cached by object: vLLM specs are frozen)."""
-        hit = self._in.get(id(spec))
-        if hit is not None and hit[0] is spec:
-            return hit[1]
-        kv = from_vllm033_spec(spec, layer=layer, spec_types=self.planner.registries.spec_types.classes)
-        if len(self._in) >= CACHE_LIMIT:
-            self._in.clear()
-        self._in[id(spec)] = (spec, kv)
-        self._out.setdefault((id(kv), _carried_key(carried_fields([spec], layer))), (kv, spec))
-        return kv
+        """kvrules' spec for vLLM's ``spec`` (a group spec's members each through the cache)."""
+        return self.cache.to_kvrules(spec, layer, self._convert_in)
+
+    def _convert_in(self, spec: Any, layer: str) -> KVCacheSpec:
+        return from_vllm033_spec(
+            spec, layer=layer, spec_types=self.planner.registries.spec_types.classes, member=self.to_kvrules
+        )
 
     def to_vllm(self, spec: KVCacheSpec, layer: str, carried: dict[str, Any]) -> Any:
         """vLLM's spec for kvrules' ``spec`` with vLLM's Core fields ``carried`` back: the very
         object it came from when unchanged."""
-        key = (id(spec), _carried_key(carried))
-        hit = self._out.get(key)
-        if hit is not None and hit[0] is spec:
-            return hit[1]
-        out = to_vllm033_spec(spec, classes=self.classes, layer=layer, carried=carried)
-        if len(self._out) >= CACHE_LIMIT:
-            self._out.clear()
-        self._out[key] = (spec, out)
-        return out
+        return self.cache.to_vllm(
+            spec,
+            layer,
+            lambda kv, name: to_vllm033_spec(kv, classes=self.classes, layer=name, carried=carried),
+            target=self.classes.specs.get(type(spec).__name__),
+            key=_carried_key(carried),
+        )
 
 
 def _carried_key(carried: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(carried.items()))
+
+
+def _back_key(spec: Any, layer: str) -> tuple[tuple[str, Any], ...]:
+    """The way back to a vLLM spec is keyed by the Core fields it carries."""
+    return _carried_key(carried_fields([spec], layer))
 
 
 _lock = threading.RLock()
@@ -148,12 +147,13 @@ def active_strategies() -> StrategySpec:
 
 
 def state(strategies: StrategySpec = None, *, classes: VllmClasses | None = None) -> BuilderState:
-    """The shared state of ``strategies`` (the active set when ``None``), made on first use."""
+    """The shared state of ``strategies`` (the active set when ``None``), made on first use and
+    again when ``default_manager()`` was replaced since."""
     resolved = strategies if strategies is not None else active_strategies()
     key = _key(resolved)
     with _lock:
         found = _states.get(key)
-        if found is None:
+        if found is None or found.planner.plugin_manager is not default_manager():
             found = BuilderState(Planner(resolved, plugin_manager=default_manager()), classes)
             _states[key] = found
             logs.info("kvrules.vllm.builder", strategy_set=found.strategy_set, vllm_line="0.33")
@@ -173,13 +173,20 @@ def reset() -> None:
 # -- grouping ------------------------------------------------------------------------------------
 def plan_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]) -> Grouping:
     """kvrules' grouping of vLLM's specs (route, unify or fall back, partition, group)."""
+    return _grouping(st, vllm_config, kv_cache_spec)[0]
+
+
+def _grouping(
+    st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]
+) -> tuple[Grouping, dict[str, KVCacheSpec]]:
+    """The grouping and the kvrules spec of every input layer."""
     settings = read_vllm033_config(vllm_config, grouping_only=True)
     specs = {name: st.to_kvrules(spec, name) for name, spec in kv_cache_spec.items()}
     ctx, ask = st.planner.context(settings.engine)
     converted = convert(specs, ctx, ask)
     grouping = st.planner.group(converted, ctx, ask)
     st.decisions = tuple(ctx.decisions.items)
-    return grouping
+    return grouping, specs
 
 
 def _to_vllm_group(st: BuilderState, group: KVCacheGroup, originals: Mapping[str, Any]) -> Any:
@@ -199,7 +206,9 @@ def _uniform_to_vllm(st: BuilderState, group: KVCacheGroup, originals: Mapping[s
         for name, spec in group.spec.members(group.layer_names).items()
     }
     cls = st.classes.specs["UniformTypeKVCacheSpecs"]
-    return cls(block_size=group.spec.block_size, kv_cache_specs=members)
+    out = cls(block_size=group.spec.block_size, kv_cache_specs=members)
+    st.cache.remember(out, group.spec)
+    return out
 
 
 def get_kv_cache_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
@@ -209,9 +218,9 @@ def get_kv_cache_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: dict[
     are replaced in ``kv_cache_spec`` in place.
     """
     originals = dict(kv_cache_spec)
-    grouping = plan_groups(st, vllm_config, kv_cache_spec)
+    grouping, given = _grouping(st, vllm_config, kv_cache_spec)
     for name, spec in grouping.specs.items():
-        if name in originals and spec is not st.to_kvrules(originals[name], name):
+        if name in originals and spec is not given[name]:
             if type(spec).__name__ != type(originals[name]).__name__:
                 kv_cache_spec[name] = st.to_vllm(spec, name, carried_fields([originals[name]], name))
     return [_to_vllm_group(st, g, originals) for g in grouping.groups]

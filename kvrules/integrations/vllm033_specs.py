@@ -11,6 +11,10 @@ default, the page checked to the byte both ways). What differs:
 * ``is_draft`` and ``max_tp_shards`` do not change a page, a block count or the layout: the
   builder leaves them to vLLM's Core (eagle groups, ``kv_tp_replicas``) and carries them back
   onto every spec it returns (:func:`to_vllm033_spec` ``carried=``);
+* every non-MLA attention spec comes in with ``indexes_kv_by_block_stride=True``: 0.33 removed
+  that field because it pads every such page through a strided view (``kv_cache_planning.py``
+  396-399), so a strategy set with ``stride-pad`` (``default``) pads what vLLM 0.33 pads; on the
+  way back the flag is left to 0.33, which implies it for those classes;
 * every other new field (``block_stride_alignment``, ``dcp_sharded`` off its
   class default, MLA ``topk_buffer_width`` / ``cache_role`` / ..., Mamba prefill checkpoints,
   ``tp_replicated``, ...) is refused when it is not at its default; classes kvrules does not
@@ -22,7 +26,7 @@ docs/vllm.md has the table, class by class. Nothing here imports vLLM.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -87,10 +91,31 @@ def _renamed_value(layer: str | None, vname: str, name: str, value: Any) -> int:
     return value
 
 
+#: kvrules' field for what vLLM 0.33 implies of every non-MLA attention class: its backend reads
+#: pages through a strided view, so 0.33 pads any such page that does not divide the largest
+#: (``kv_cache_planning.py:396-399``; 0.28's ``indexes_kv_by_block_stride`` field is gone)
+STRIDED_READ = "indexes_kv_by_block_stride"
+
+#: converts one member spec of a group spec (vLLM's spec, its layer) to kvrules'
+MemberConverter = Callable[[Any, str], KVCacheSpec]
+
+
+def reads_pages_strided(vllm_cls: type) -> bool:
+    """True for the vLLM 0.33 classes whose pages 0.33 pads: every ``AttentionSpec`` but the
+    ``MLAAttentionSpec`` family (by class name along the MRO, so stand-ins count alike)."""
+    names = {c.__name__ for c in vllm_cls.__mro__}
+    return "AttentionSpec" in names and "MLAAttentionSpec" not in names
+
+
 def _kwargs_from_vllm(
-    spec: Any, layer: str | None, kcls: type[KVCacheSpec], kinds: Mapping[str, type[KVCacheSpec]]
+    spec: Any,
+    layer: str | None,
+    kcls: type[KVCacheSpec],
+    kinds: Mapping[str, type[KVCacheSpec]],
+    member: MemberConverter | None,
 ) -> dict[str, Any]:
-    """kvrules constructor arguments from a vLLM 0.33 spec's fields (refusing unmodelled values)."""
+    """kvrules constructor arguments from a vLLM 0.33 spec's fields (refusing unmodelled values);
+    the members of a group spec through ``member`` when given."""
     vname = type(spec).__name__
     known = {f.name for f in dataclasses.fields(kcls)}
     kwargs: dict[str, Any] = {}
@@ -104,17 +129,22 @@ def _kwargs_from_vllm(
                 raise _refuse(layer, vname, name, value, _members_value(spec.kv_cache_specs, name))
             continue
         if name == "kv_cache_specs":
-            kwargs[name] = {member: _from_vllm033(s, member, kinds) for member, s in value.items()}
+            each = member or (lambda s, m: _from_vllm033(s, m, kinds, None))
+            kwargs[name] = {m: each(s, m) for m, s in value.items()}
         elif target != name and target in known:
             kwargs[target] = _renamed_value(layer, vname, name, value)
         elif name in known:
             kwargs[name] = _to_kvrules_value(name, value, layer, kinds)
         elif (default := _field_default(field)) is dataclasses.MISSING or value != default:
             raise _refuse(layer, vname, name, value, default)
+    if STRIDED_READ in known and reads_pages_strided(type(spec)):
+        kwargs[STRIDED_READ] = True
     return kwargs
 
 
-def _from_vllm033(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
+def _from_vllm033(
+    spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]], member: MemberConverter | None
+) -> KVCacheSpec:
     vname = type(spec).__name__
     kcls = kvrules_class_of(
         spec,
@@ -124,7 +154,8 @@ def _from_vllm033(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCache
         "Plan this model with vLLM's own builder (leave the platform hook unset) or register a kvrules "
         "spec type of that class name through a plugin",
     )
-    kv = built_from_vllm(kcls, _kwargs_from_vllm(spec, layer, kcls, kinds), layer, f"vLLM 0.33 {vname}")
+    kwargs = _kwargs_from_vllm(spec, layer, kcls, kinds, member)
+    kv = built_from_vllm(kcls, kwargs, layer, f"vLLM 0.33 {vname}")
     if isinstance(kv, AttentionSpec):
         kv = _published_from_vllm(kv)
     _check_page(layer, kv, spec, "converting vLLM 0.33's")
@@ -132,14 +163,20 @@ def _from_vllm033(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCache
 
 
 def from_vllm033_spec(
-    spec: Any, *, layer: str | None = None, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+    spec: Any,
+    *,
+    layer: str | None = None,
+    spec_types: Mapping[str, type[KVCacheSpec]] | None = None,
+    member: MemberConverter | None = None,
 ) -> KVCacheSpec:
     """The kvrules spec equal to vLLM 0.33's ``spec`` (module docstring: the contract).
 
+    :param member: converts each member of a ``UniformTypeKVCacheSpecs`` (vLLM's spec, its
+        layer), e.g. through the integration's cache; this function by default.
     :raises SpecError: an unknown class, an unmodelled non-default field (naming layer and
         field), or a page that differs.
     """
-    return _from_vllm033(spec, layer, _kinds(spec_types))
+    return _from_vllm033(spec, layer, _kinds(spec_types), member)
 
 
 def from_vllm033_specs(
@@ -147,7 +184,7 @@ def from_vllm033_specs(
 ) -> dict[str, KVCacheSpec]:
     """:func:`from_vllm033_spec` for every layer (layer order kept)."""
     kinds = _kinds(spec_types)
-    return {name: _from_vllm033(spec, name, kinds) for name, spec in specs.items()}
+    return {name: _from_vllm033(spec, name, kinds, None) for name, spec in specs.items()}
 
 
 def _vllm_kwargs(
@@ -166,6 +203,8 @@ def _vllm_kwargs(
         vfield = vfields.get(name)
         if _derived_by_default(spec, field.name, value):
             continue
+        if field.name == STRIDED_READ and value and reads_pages_strided(vcls):
+            continue  # implied by 0.33 for this class
         if vfield is None:
             if field.default is dataclasses.MISSING or value != field.default:
                 raise SpecError(
@@ -252,6 +291,8 @@ __all__ = [
     "CORE_FIELDS",
     "MEMBER_DERIVED",
     "RENAMED",
+    "STRIDED_READ",
+    "reads_pages_strided",
     "from_vllm033_spec",
     "from_vllm033_specs",
     "to_vllm033_spec",

@@ -309,12 +309,25 @@ def from_vllm_spec(
     return _from_vllm(spec, layer, kinds)
 
 
-def _memo_key(spec: Any) -> Hashable | None:
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The dataclass field names of ``cls`` (``None`` for a class that is no dataclass)."""
+    if cls not in _FIELD_NAMES:
+        is_dc = dataclasses.is_dataclass(cls)
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls)) if is_dc else None
+    return _FIELD_NAMES[cls]
+
+
+def memo_key(spec: Any) -> Hashable | None:
     """A key equal for specs of one class whose every field (``compare=False`` ones included)
-    is equal, or ``None`` when a field is unhashable (a group spec's member mapping)."""
-    if not dataclasses.is_dataclass(spec):
+    is equal, or ``None`` when a field is unhashable (a group spec's member mapping) or ``spec``
+    is no dataclass instance."""
+    names = _field_names(type(spec))
+    if names is None:
         return None
-    key = (type(spec), tuple(getattr(spec, f.name) for f in dataclasses.fields(spec)))
+    key = (type(spec), tuple(getattr(spec, name) for name in names))
     try:
         hash(key)
     except TypeError:
@@ -329,7 +342,7 @@ def _convert_each(specs: Mapping[str, Any], convert: Callable[[Any, str], Any]) 
     done: dict[Hashable, Any] = {}
     out: dict[str, Any] = {}
     for name, spec in specs.items():
-        key = _memo_key(spec)
+        key = memo_key(spec)
         if key is None:
             out[name] = convert(spec, name)
         elif key in done:
@@ -346,6 +359,85 @@ def from_vllm_specs(
     is converted once)."""
     kinds = kvrules_classes_by_name(spec_types if spec_types is not None else _default_spec_types())
     return _convert_each(specs, lambda spec, name: _from_vllm(spec, name, kinds))
+
+
+# -- conversions kept across calls -------------------------------------------------------------
+#: conversions a :class:`ConversionCache` keeps before it starts afresh (a model has at most a
+#: few thousand layers, and each planning call adds at most one entry per layer)
+CACHE_LIMIT = 65536
+
+
+@dataclass
+class ConversionCache:
+    """Spec conversions kept across planning calls, both ways (the integration owns one per
+    strategy set; vLLM specs are frozen, so an object converts the same every time).
+
+    vLLM -> kvrules is looked up by object, then by value (:func:`memo_key`: vLLM re-makes some
+    specs on every call, e.g. 0.33's ``extra_retained_tokens`` on sliding-window layers), so
+    layers with equal specs share one kvrules object. kvrules -> vLLM is looked up by the
+    kvrules object, the vLLM class to build and a key (the fields a line carries back;
+    ``back_key(vllm_spec, layer)`` of the spec it came from, ``()`` by default): an unchanged spec
+    comes back as the very vLLM object it was converted from, and never as an object of other
+    vLLM classes. Each table is emptied when it reaches ``limit`` entries.
+    """
+
+    back_key: Callable[[Any, str], Hashable] | None = None
+    limit: int = CACHE_LIMIT
+    _by_id: dict[int, tuple[Any, KVCacheSpec]] = dataclasses.field(default_factory=dict)
+    _by_value: dict[Hashable, KVCacheSpec] = dataclasses.field(default_factory=dict)
+    _back: dict[tuple[int, type | None, Hashable], tuple[KVCacheSpec, Any]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def to_kvrules(self, spec: Any, layer: str, convert: Callable[[Any, str], KVCacheSpec]) -> KVCacheSpec:
+        """kvrules' spec for vLLM's ``spec``: ``convert(spec, layer)`` unless this object or an
+        equal one was converted before (``spec`` is then remembered as the way back)."""
+        hit = self._by_id.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        value = memo_key(spec)
+        kv = self._by_value.get(value) if value is not None else None
+        if kv is None:
+            kv = convert(spec, layer)
+            if value is not None:
+                self._bounded(self._by_value)[value] = kv
+            self.remember(spec, kv, self.back_key(spec, layer) if self.back_key is not None else ())
+        return kv
+
+    def to_vllm(
+        self,
+        spec: KVCacheSpec,
+        layer: str,
+        convert: Callable[[KVCacheSpec, str], Any],
+        *,
+        target: type | None,
+        key: Hashable = (),
+    ) -> Any:
+        """vLLM's spec of class ``target`` for kvrules' ``spec`` under ``key``: the very object it
+        came from, or ``convert(spec, layer)`` (remembered both ways)."""
+        hit = self._back.get((id(spec), target, key))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        out = convert(spec, layer)
+        self.remember(out, spec, key)
+        return out
+
+    def remember(self, vllm_spec: Any, spec: KVCacheSpec, key: Hashable = ()) -> None:
+        """Record that vLLM's ``vllm_spec`` and kvrules' ``spec`` are one spec (``key``: the way
+        back); an existing way back for ``spec`` is kept."""
+        self._bounded(self._by_id)[id(vllm_spec)] = (vllm_spec, spec)
+        self._bounded(self._back).setdefault((id(spec), type(vllm_spec), key), (spec, vllm_spec))
+
+    def clear(self) -> None:
+        """Forget every conversion."""
+        self._by_id.clear()
+        self._by_value.clear()
+        self._back.clear()
+
+    def _bounded(self, table: dict[Any, Any]) -> dict[Any, Any]:
+        if len(table) >= self.limit:
+            table.clear()
+        return table
 
 
 # -- kvrules -> vLLM ---------------------------------------------------------------------------
@@ -391,7 +483,13 @@ def _derived_by_default(spec: KVCacheSpec, name: str, value: Any) -> bool:
     return bool(value == implied)
 
 
-def _to_vllm(spec: KVCacheSpec, layer: str | None, classes: VllmClasses) -> Any:
+#: builds vLLM's spec for one member of a kvrules group spec (the member spec, its layer)
+MemberBuilder = Callable[[KVCacheSpec, str], Any]
+
+
+def _to_vllm(
+    spec: KVCacheSpec, layer: str | None, classes: VllmClasses, member: MemberBuilder | None = None
+) -> Any:
     kname = type(spec).__name__
     vcls = classes.specs.get(kname)
     if vcls is None:
@@ -416,7 +514,10 @@ def _to_vllm(spec: KVCacheSpec, layer: str | None, classes: VllmClasses) -> Any:
                     f"{classes.version}'s {kname} has no field {field.name!r}"
                 )
             continue
-        kwargs[field.name] = _to_vllm_value(field.name, value, vfield, layer, classes)
+        if field.name == "kv_cache_specs" and member is not None:
+            kwargs[field.name] = {name: member(s, name) for name, s in value.items()}
+        else:
+            kwargs[field.name] = _to_vllm_value(field.name, value, vfield, layer, classes)
     try:
         out = vcls(**kwargs)
     except (TypeError, ValueError, AssertionError) as exc:
@@ -427,15 +528,23 @@ def _to_vllm(spec: KVCacheSpec, layer: str | None, classes: VllmClasses) -> Any:
     return out
 
 
-def to_vllm_spec(spec: KVCacheSpec, *, layer: str | None = None, classes: VllmClasses | None = None) -> Any:
+def to_vllm_spec(
+    spec: KVCacheSpec,
+    *,
+    layer: str | None = None,
+    classes: VllmClasses | None = None,
+    member: MemberBuilder | None = None,
+) -> Any:
     """The vLLM spec object equal to kvrules' ``spec``.
 
     :param layer: the layer name, for error messages.
     :param classes: the vLLM classes to build (the installed vLLM's by default).
+    :param member: builds each member of a ``UniformTypeKVCacheSpecs`` (the member, its layer),
+        e.g. through an integration's cache; this function by default.
     :raises SpecError: vLLM has no such class, lacks a field holding a non-default value, or
         computes a different page size.
     """
-    return _to_vllm(spec, layer, classes if classes is not None else vllm_classes())
+    return _to_vllm(spec, layer, classes if classes is not None else vllm_classes(), member)
 
 
 def to_vllm_specs(specs: Mapping[str, KVCacheSpec], *, classes: VllmClasses | None = None) -> dict[str, Any]:
@@ -446,12 +555,15 @@ def to_vllm_specs(specs: Mapping[str, KVCacheSpec], *, classes: VllmClasses | No
 
 
 __all__ = [
+    "CACHE_LIMIT",
+    "ConversionCache",
     "INTERFACE_MODULE",
     "VllmClasses",
     "VllmNotInstalledError",
     "from_vllm_spec",
     "from_vllm_specs",
     "kvrules_classes_by_name",
+    "memo_key",
     "to_vllm_spec",
     "to_vllm_specs",
     "vllm_classes",
