@@ -464,3 +464,13 @@ def test_without_the_builtin_plugin_errors_say_what_is_missing() -> None:
         AllocationError, match=r"no allocator can allocate on device 'cpu'; asked: counting: only"
     ):
         kvrules.allocate(models.dense(), "cpu", layout="k-first", plugin_manager=pm)
+
+
+def test_a_view_that_fails_verification_names_the_view_layout_that_built_it() -> None:
+    allocation = kvrules.allocate(models.hybrid(), "cpu")
+    kv = allocation.views["layers.1.attn"]
+    layout = allocation.layouts["layers.1.attn"]
+    with pytest.raises(
+        AllocationError, match=rf"stepping 512 bytes.*\(views built by view layout '{layout}'\)"
+    ):
+        _with_view(allocation, "layers.1.attn", kv[:, :4]).verify()

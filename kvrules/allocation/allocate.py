@@ -72,9 +72,10 @@ class Allocation:
         ``[offset, offset + unpadded page)`` of the page the plan assigns, each byte once; with
         the stride this holds for every block. Works on ``meta`` tensors (no data is read).
 
-        :raises AllocationError: naming the layer, the view and the bytes that disagree.
+        :raises AllocationError: naming the layer, the view, the bytes that disagree and the view
+            layout that built the views.
         """
-        verify_views(self.placements, self.views, self.buffers)
+        verify_views(self.placements, self.views, self.buffers, self.layouts)
 
     def summary(self) -> dict[str, Any]:
         """A plain-JSON report: device, allocator, bytes, buffers, and layers per view layout."""

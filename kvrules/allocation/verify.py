@@ -123,26 +123,39 @@ def _check_tiling(layer: str, runs: list[tuple[int, int]], place: Placement) -> 
 
 
 def verify_views(
-    placements: Mapping[str, Placement], views_by_layer: Mapping[str, Any], buffers: Sequence[Any]
+    placements: Mapping[str, Placement],
+    views_by_layer: Mapping[str, Any],
+    buffers: Sequence[Any],
+    layouts: Mapping[str, str] | None = None,
 ) -> None:
     """Check every layer's views against where the plan places its pages (see the module docstring).
 
     :param placements: layer name -> where its pages lie; every one of them is checked.
     :param views_by_layer: layer name -> its view, or a tuple of views.
     :param buffers: ``buffers[i]`` backs ``Placement.tensor == i``.
-    :raises AllocationError: naming the layer, the view and the bytes that disagree.
+    :param layouts: layer name -> the view layout that built its views (named in the error).
+    :raises AllocationError: naming the layer, the view, the bytes that disagree and, with
+        ``layouts``, the view layout that built them.
     """
     cache: RunCache = {}
     for layer, place in placements.items():
-        views = views_by_layer.get(layer)
-        if views is None:
-            raise AllocationError(f"layer {layer!r} has no view")
-        buffer = buffers[place.tensor]
-        items = views if isinstance(views, tuple) else (views,)
-        runs: list[tuple[int, int]] = []
-        for k, view in enumerate(items):
-            runs.extend(_view_runs(layer, k, view, buffer, place, cache))
-        _check_tiling(layer, runs, place)
+        try:
+            _verify_layer(layer, place, views_by_layer.get(layer), buffers, cache)
+        except AllocationError as error:
+            if layouts is None or layer not in layouts:
+                raise
+            raise AllocationError(f"{error} (views built by view layout {layouts[layer]!r})") from None
+
+
+def _verify_layer(layer: str, place: Placement, views: Any, buffers: Sequence[Any], cache: RunCache) -> None:
+    if views is None:
+        raise AllocationError(f"layer {layer!r} has no view")
+    buffer = buffers[place.tensor]
+    items = views if isinstance(views, tuple) else (views,)
+    runs: list[tuple[int, int]] = []
+    for k, view in enumerate(items):
+        runs.extend(_view_runs(layer, k, view, buffer, place, cache))
+    _check_tiling(layer, runs, place)
 
 
 __all__ = ["MAX_RUNS", "verify_views"]
