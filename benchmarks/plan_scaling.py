@@ -194,15 +194,17 @@ def child(mode: str, layers: int, strategies: str) -> None:
 
 def figure(mode: str, layers: int, strategies: str, repeat: int) -> dict[str, Any]:
     """:func:`child` run ``repeat`` times, each in a fresh interpreter: every time is the fastest
-    of the runs (wall clock and CPU time apart, on a busy machine CPU time varies less), the
-    peak RSS the highest."""
+    of the runs (wall clock and CPU time apart, on a busy machine CPU time varies less), with the
+    median beside it (``*_median``), the peak RSS the highest."""
     command = [sys.executable, __file__, "--child", mode, str(layers), strategies]
     runs = []
     for _ in range(repeat):
         done = subprocess.run(command, check=True, capture_output=True, text=True)
         runs.append(json.loads(done.stdout.splitlines()[-1]))
-    best = {key: min(r[key] for r in runs) for key in runs[0] if key.endswith("_s")}
-    return {**runs[0], **best, "peak_mib": max(r["peak_mib"] for r in runs)}
+    times = [key for key in runs[0] if key.endswith("_s")]
+    best = {key: min(r[key] for r in runs) for key in times}
+    median = {f"{key}_median": statistics.median(r[key] for r in runs) for key in times}
+    return {**runs[0], **best, **median, "peak_mib": max(r["peak_mib"] for r in runs)}
 
 
 def scale_section(quick: bool, repeat: int) -> None:
@@ -211,7 +213,7 @@ def scale_section(quick: bool, repeat: int) -> None:
     print()
     print(
         f"scale: hybrid model, memory max(80 GiB, layers x 1 GiB), structlog at warning; each figure "
-        f"in a fresh process, fastest of {repeat}, peak RSS = ru_maxrss (highest of the runs, the JSON "
+        f"in a fresh process, fastest of {repeat} (medians beside the 1,000,000-layer ratio), peak RSS = ru_maxrss (highest of the runs, the JSON "
         "string included)"
     )
     print(
@@ -237,7 +239,8 @@ def scale_section(quick: bool, repeat: int) -> None:
             f"{strategies:>8} {large:>10,} {'(plan only)':>12} {big['plan_s']:>8.2f} {'':>10} {'':>7} "
             f"{big['peak_mib']:>9.0f}   = {big['plan_s'] / planned['plan_s']:.1f}x the {small:,}-layer plan "
             f"(CPU time {big['plan_cpu_s']:.2f} s / {planned['plan_cpu_s']:.2f} s = "
-            f"{big['plan_cpu_s'] / planned['plan_cpu_s']:.1f}x)"
+            f"{big['plan_cpu_s'] / planned['plan_cpu_s']:.1f}x; medians {big['plan_s_median']:.2f} s / "
+            f"{planned['plan_s_median']:.2f} s = {big['plan_s_median'] / planned['plan_s_median']:.1f}x)"
         )
 
 
