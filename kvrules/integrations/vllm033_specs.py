@@ -42,6 +42,7 @@ from kvrules.integrations.vllm_specs import (
     _to_kvrules_value,
     _to_vllm_value,
     _where,
+    built_for_vllm,
     built_from_vllm,
     kvrules_class_of,
     kvrules_classes_by_name,
@@ -236,14 +237,7 @@ def _to_vllm033(
     kwargs = _vllm_kwargs(spec, layer, classes, vcls, carried)
     names = {f.name for f in dataclasses.fields(vcls)}
     kwargs.update({k: v for k, v in carried.items() if k in CORE_FIELDS and k in names})
-    try:
-        out = vcls(**kwargs)
-    except (TypeError, ValueError, AssertionError) as exc:
-        raise SpecError(
-            f"{_where(layer)}: vLLM {classes.version}'s {kname} rejected {kwargs}: {exc}"
-        ) from None
-    _check_page(layer, spec, out, "building vLLM 0.33's")
-    return out
+    return built_for_vllm(vcls, kwargs, spec, layer, classes, "building vLLM 0.33's")
 
 
 def to_vllm033_spec(

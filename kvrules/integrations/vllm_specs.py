@@ -208,6 +208,27 @@ def kvrules_class_of(
     return kcls
 
 
+def built_for_vllm(
+    vcls: type,
+    kwargs: Mapping[str, Any],
+    spec: KVCacheSpec,
+    layer: str | None,
+    classes: VllmClasses,
+    what: str,
+) -> Any:
+    """``vcls(**kwargs)``, the vLLM object standing for kvrules' ``spec``: vLLM's refusal re-raised
+    as a :class:`SpecError` naming the layer, and its page checked against ``spec``'s (``what``
+    says which conversion, for the message)."""
+    try:
+        out = vcls(**kwargs)
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise SpecError(
+            f"{_where(layer)}: vLLM {classes.version}'s {vcls.__name__} rejected {kwargs}: {exc}"
+        ) from None
+    _check_page(layer, spec, out, what)
+    return out
+
+
 def built_from_vllm(
     kcls: type[KVCacheSpec], kwargs: Mapping[str, Any], layer: str | None, what: str
 ) -> KVCacheSpec:
@@ -518,14 +539,7 @@ def _to_vllm(
             kwargs[field.name] = {name: member(s, name) for name, s in value.items()}
         else:
             kwargs[field.name] = _to_vllm_value(field.name, value, vfield, layer, classes)
-    try:
-        out = vcls(**kwargs)
-    except (TypeError, ValueError, AssertionError) as exc:
-        raise SpecError(
-            f"{_where(layer)}: vLLM {classes.version}'s {kname} rejected {kwargs}: {exc}"
-        ) from None
-    _check_page(layer, spec, out, "building vLLM's")
-    return out
+    return built_for_vllm(vcls, kwargs, spec, layer, classes, "building vLLM's")
 
 
 def to_vllm_spec(
