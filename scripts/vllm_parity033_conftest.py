@@ -14,37 +14,37 @@ expected one failed.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-CALLS = {"count": 0}
-OUTCOMES: dict[str, str] = {}
-DETAILS: dict[str, str] = {}
-REACHED: dict[str, bool] = {}
+from .kvrules_parity_counting import (  # the hooks named here are this conftest's too
+    EXPECTED_FAILURES,
+    OUTCOMES,
+    REACHED,
+    counting,
+    finish,
+    pytest_runtest_logreport,  # noqa: F401  (a hook: pytest finds it here)
+    pytest_runtest_protocol,  # noqa: F401  (a hook: pytest finds it here)
+    report_failures,
+    verdict,
+)
+
 ENV = "KVRULES_PARITY_033"
 
 #: Tests that fail by design with kvrules selected (test function, without parameters) -> why.
-EXPECTED_FAILURES: dict[str, str] = {
-    "tests/v1/core/test_kv_cache_planning.py::test_hisparse_pool_must_fit_max_model_len": (
-        "HiSparse is out of scope: kvrules refuses MLAAttentionSpec.is_index_group_leader=True "
-        "with a SpecError naming the layer and the field, where vLLM expects its own admission "
-        "ValueError (docs/vllm.md, the 0.33 field table)"
-    ),
-}
-
-
-def _counting(method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        CALLS["count"] += 1
-        return method(*args, **kwargs)
-
-    return wrapper
+EXPECTED_FAILURES.update(
+    {
+        "tests/v1/core/test_kv_cache_planning.py::test_hisparse_pool_must_fit_max_model_len": (
+            "HiSparse is out of scope: kvrules refuses MLAAttentionSpec.is_index_group_leader=True "
+            "with a SpecError naming the layer and the field, where vLLM expects its own admission "
+            "ValueError (docs/vllm.md, the 0.33 field table)"
+        ),
+    }
+)
 
 
 def _select() -> None:
@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     methods = vllm033.KVRulesBuilderMethods
     for name in ("get_kv_cache_groups", "get_kv_cache_config_from_groups"):
-        setattr(methods, name, _counting(getattr(methods, name)))
+        setattr(methods, name, counting(getattr(methods, name)))
     _select()
 
 
@@ -84,30 +84,6 @@ def caplog_vllm(caplog: pytest.LogCaptureFixture) -> Iterator[Any]:
     logger.propagate = False
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    before = CALLS["count"]
-    yield
-    REACHED[item.nodeid] = CALLS["count"] > before
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.failed:
-        OUTCOMES[report.nodeid] = "failed"
-        lines = str(report.longrepr).strip().splitlines()
-        DETAILS[report.nodeid] = next((ln for ln in reversed(lines) if ln.startswith("E ")), "")[:300]
-    elif report.skipped and OUTCOMES.get(report.nodeid) != "failed":
-        OUTCOMES[report.nodeid] = "skipped"
-    else:
-        OUTCOMES.setdefault(report.nodeid, "passed")
-
-
-def expected_reason(nodeid: str) -> str | None:
-    """Why ``nodeid`` fails by design with kvrules selected, or None when it should pass."""
-    base = nodeid.split("[", 1)[0]
-    return EXPECTED_FAILURES.get(base)
-
-
 def file_rows() -> list[tuple[str, int, int, int]]:
     """Per test file: (path, passed, failed, not applicable); a test is applicable only if
     kvrules' builder planned during it."""
@@ -121,21 +97,9 @@ def file_rows() -> list[tuple[str, int, int, int]]:
     return rows
 
 
-def verdict() -> tuple[list[str], list[str], list[str]]:
-    """(expected failures, unexpected failures, listed failures that did not fail), by node id.
-    A failure where kvrules did not plan is unexpected too: vLLM alone fails there."""
-    failed = {n for n, o in OUTCOMES.items() if o == "failed"}
-    expected = sorted(n for n in failed if REACHED.get(n) and expected_reason(n))
-    unexpected = sorted(failed - set(expected))
-    listed = {n for n in OUTCOMES if expected_reason(n)}
-    return expected, unexpected, sorted(listed - failed)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With kvrules selected, only an unexpected failure (or a listed one that passed) fails the run."""
-    if os.environ.get(ENV) and OUTCOMES:
-        _, unexpected, stale = verdict()
-        session.exitstatus = 1 if unexpected or stale else 0
+    finish(session, bool(os.environ.get(ENV)))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -147,18 +111,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     write("|---|---|---|---|")
     for path, passed, failed, na in file_rows():
         write(f"| {path} | {passed} | {failed} | {na} |")
-    expected, unexpected, stale = verdict()
+    expected, _, _ = verdict()
     for base, reason in EXPECTED_FAILURES.items():
         hits = [
             n.split("[", 1)[1].rstrip("]") if "[" in n else "" for n in expected if n.split("[", 1)[0] == base
         ]
         if hits:
             write(f"  expected by design, {len(hits)} x {base} [{', '.join(hits)}]: {reason}")
-    for nodeid in unexpected:
-        where = "kvrules" if REACHED.get(nodeid) else "vLLM only"
-        write(f"  UNEXPECTED FAILURE {nodeid} [{where}]: {DETAILS.get(nodeid, '')}")
-    for nodeid in stale:
-        write(f"  LISTED BUT NOT FAILED {nodeid} (update EXPECTED_FAILURES)")
-    write(
-        f"  {len(expected)} expected failures, {len(unexpected)} unexpected, {len(stale)} listed but not failed"
-    )
+    report_failures(write, expected)

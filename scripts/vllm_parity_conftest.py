@@ -15,37 +15,38 @@ counted "not applicable". The summary prints the counts and every failure: expec
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-CALLS = {"count": 0}
-OUTCOMES: dict[str, str] = {}
-DETAILS: dict[str, str] = {}
-REACHED: dict[str, bool] = {}
+from .kvrules_parity_counting import (  # the hooks named here are this conftest's too
+    DETAILS,
+    EXPECTED_FAILURES,
+    OUTCOMES,
+    REACHED,
+    counting,
+    expected_reason,
+    finish,
+    pytest_runtest_logreport,  # noqa: F401  (a hook: pytest finds it here)
+    pytest_runtest_protocol,  # noqa: F401  (a hook: pytest finds it here)
+    report_failures,
+    verdict,
+)
 
 #: test function (``path::name``, any parameters) -> why it fails by design with kvrules
-EXPECTED_FAILURES: dict[str, str] = {
-    "tests/v1/core/test_kv_cache_utils.py::test_unify_kv_cache_spec_page_size_mamba": (
-        "its third part builds MambaSpec(shapes=((6144,),)) with the helper's two default dtypes; "
-        "vLLM zips shapes with dtypes and drops the second dtype silently, kvrules refuses the "
-        "spec with a SpecError naming the layer ('MambaSpec has 1 shapes but 2 dtypes'). The "
-        "first two parts, the #43626 Mamba padding, reach kvrules and pass before that line"
-    ),
-}
-
-
-def _counting(method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        CALLS["count"] += 1
-        return method(*args, **kwargs)
-
-    return wrapper
+EXPECTED_FAILURES.update(
+    {
+        "tests/v1/core/test_kv_cache_utils.py::test_unify_kv_cache_spec_page_size_mamba": (
+            "its third part builds MambaSpec(shapes=((6144,),)) with the helper's two default dtypes; "
+            "vLLM zips shapes with dtypes and drops the second dtype silently, kvrules refuses the "
+            "spec with a SpecError naming the layer ('MambaSpec has 1 shapes but 2 dtypes'). The "
+            "first two parts, the #43626 Mamba padding, reach kvrules and pass before that line"
+        ),
+    }
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from kvrules.integrations import vllm as kv_vllm
 
     for name in kv_vllm.DROP_IN_NAMES:
-        setattr(kv_vllm.VllmAdapter, name, _counting(getattr(kv_vllm.VllmAdapter, name)))
+        setattr(kv_vllm.VllmAdapter, name, counting(getattr(kv_vllm.VllmAdapter, name)))
     kv_vllm.install(kv_vllm.parse_strategies(strategies))
 
 
@@ -83,43 +84,9 @@ def caplog_vllm(temporary_enable_log_propagate: None, caplog: pytest.LogCaptureF
     yield caplog
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    before = CALLS["count"]
-    yield
-    REACHED[item.nodeid] = CALLS["count"] > before
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.failed:
-        OUTCOMES[report.nodeid] = "failed"
-        lines = str(report.longrepr).strip().splitlines()
-        DETAILS[report.nodeid] = next((ln for ln in reversed(lines) if ln.startswith("E ")), "")[:400]
-    elif report.skipped and OUTCOMES.get(report.nodeid) != "failed":
-        OUTCOMES[report.nodeid] = "skipped"
-    else:
-        OUTCOMES.setdefault(report.nodeid, "passed")
-
-
-def expected_reason(nodeid: str) -> str | None:
-    """Why ``nodeid`` fails by design with kvrules installed, or None when it should pass."""
-    return EXPECTED_FAILURES.get(nodeid.split("[", 1)[0])
-
-
-def verdict() -> tuple[list[str], list[str], list[str]]:
-    """(expected failures, unexpected failures, listed tests that did not fail), by node id; a
-    failure that did not reach kvrules is unexpected (vLLM alone fails there)."""
-    failed = {n for n, o in OUTCOMES.items() if o == "failed"}
-    expected = sorted(n for n in failed if REACHED.get(n) and expected_reason(n))
-    listed = {n for n in OUTCOMES if expected_reason(n)}
-    return expected, sorted(failed - set(expected)), sorted(listed - failed)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With kvrules installed, only an unexpected failure (or a listed one that passed) fails the run."""
-    if os.environ.get("KVRULES_PARITY_INSTALL") and OUTCOMES:
-        _, unexpected, stale = verdict()
-        session.exitstatus = 1 if unexpected or stale else 0
+    finish(session, bool(os.environ.get("KVRULES_PARITY_INSTALL")))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -137,14 +104,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     write(f"  not applicable (ran vLLM's own code only): {na} ({counts.get((False, 'failed'), 0)} failed)")
     reached = sorted(n.split("::")[-1] for n in OUTCOMES if REACHED.get(n))
     write(f"  reached kvrules: {', '.join(reached)}")
-    expected, unexpected, stale = verdict()
+    expected, _, _ = verdict()
     for nodeid in expected:
         write(f"  expected by design: {nodeid}: {expected_reason(nodeid)} ({DETAILS.get(nodeid, '')})")
-    for nodeid in unexpected:
-        where = "kvrules" if REACHED.get(nodeid) else "vLLM only"
-        write(f"  UNEXPECTED FAILURE {nodeid} [{where}]: {DETAILS.get(nodeid, '')}")
-    for nodeid in stale:
-        write(f"  LISTED BUT NOT FAILED {nodeid} (update EXPECTED_FAILURES)")
-    write(
-        f"  {len(expected)} expected failures, {len(unexpected)} unexpected, {len(stale)} listed but not failed"
-    )
+    report_failures(write, expected)
