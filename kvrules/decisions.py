@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import FrozenInstanceError
 from itertools import chain, repeat
 from typing import Any
@@ -234,6 +234,102 @@ def layer_copies(layers: Sequence[str], bodies: Sequence[Sequence[Body]]) -> lis
     return objs
 
 
+class LayerCopies:
+    """Decisions not made yet: for each of :attr:`layers` in order, one decision per body of its
+    entry in :attr:`bodies` (what :func:`layer_copies` makes, on demand).
+
+    A million-layer plan holds about a million per-layer records; made at once, they are a
+    million objects the garbage collector walks at each full collection while the plan is still
+    being built. Kept as two lists until someone reads them, they are two objects.
+    """
+
+    __slots__ = ("bodies", "layers")
+
+    def __init__(self, layers: Sequence[str], bodies: Sequence[Sequence[Body]]) -> None:
+        self.layers = layers
+        self.bodies = bodies
+
+    def __len__(self) -> int:
+        return sum(map(len, self.bodies))
+
+    def made(self) -> list[Decision]:
+        """The decisions, in order (new objects on each call)."""
+        return layer_copies(self.layers, self.bodies)
+
+    def run(self) -> Run:
+        """The decisions as columns (:data:`Run`), without making them."""
+        counts = list(map(len, self.bodies))
+        layers = list(chain.from_iterable(map(repeat, self.layers, counts)))
+        return layers, list(chain.from_iterable(self.bodies)), True
+
+    def __reduce__(self) -> tuple[type[LayerCopies], tuple[Sequence[str], Sequence[Sequence[Body]]]]:
+        return (LayerCopies, (self.layers, self.bodies))
+
+
+#: decisions as columns: their layers and their bodies, one entry per decision in order, and
+#: whether every layer is a name (none is ``None``)
+Run = tuple["Sequence[str | None]", "list[Body]", bool]
+
+#: one entry of a :class:`DecisionLog`: a decision, or the copies of answers for a run of layers
+Entry = Decision | LayerCopies
+
+
+class DeferredDecisions:
+    """A finished log's decisions, made into :class:`Decision` objects only when read
+    (:meth:`made`); :class:`~kvrules.plan.Plan` holds one until ``plan.decisions`` is first read.
+    Pickles as the tuple of decisions."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        self._entries = tuple(entries)
+
+    def __len__(self) -> int:
+        return sum(len(e) if isinstance(e, LayerCopies) else 1 for e in self._entries)
+
+    def made(self) -> tuple[Decision, ...]:
+        """Every decision, in order."""
+        return tuple(
+            chain.from_iterable(e.made() if isinstance(e, LayerCopies) else (e,) for e in self._entries)
+        )
+
+    def runs(self) -> Iterator[Run]:
+        """The decisions in order, as columns (:data:`Run`), without making the copies."""
+        pending: list[Decision] = []
+        for entry in self._entries:
+            if isinstance(entry, LayerCopies):
+                if pending:
+                    yield _columns(pending)
+                    pending = []
+                yield entry.run()
+            else:
+                pending.append(entry)
+        if pending:
+            yield _columns(pending)
+
+    def __reduce__(self) -> tuple[type[tuple[Decision, ...]], tuple[tuple[Decision, ...]]]:
+        return (tuple, (self.made(),))
+
+
+def decision_runs(decisions: Sequence[Decision] | DeferredDecisions) -> Iterator[Run]:
+    """``decisions`` in order as columns (:data:`Run`); deferred copies are not made."""
+    if isinstance(decisions, DeferredDecisions):
+        return decisions.runs()
+    return iter((_columns(decisions),) if decisions else ())
+
+
+def _columns(decisions: Sequence[Decision]) -> Run:
+    return [d.layer for d in decisions], [d.body for d in decisions], False
+
+
+def with_body(layer: str | None, body: Body) -> Decision:
+    """The decision of ``layer`` whose other fields are ``body`` (:attr:`Decision.body`)."""
+    made = _new(Decision)
+    _set_layer(made, layer)
+    _set_body(made, body)
+    return made
+
+
 #: the keys of a spec summary (a decision's ``before`` / ``after``) and the types of their values
 SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "spec_type": (str,),
@@ -284,17 +380,43 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any] | None:
 
 
 class DecisionLog:
-    """Collects decisions in order and emits each as a ``kvrules.decision`` debug event."""
+    """Collects decisions in order and emits each as a ``kvrules.decision`` debug event.
+
+    Copies of answers for runs of layers (:meth:`add_copies`) stay :class:`LayerCopies` until
+    read, unless someone listens (then each is made and emitted at once).
+    """
 
     def __init__(self) -> None:
-        self.items: list[Decision] = []
+        #: the log in order: decisions, and runs of per-layer copies not made yet
+        self.entries: list[Entry] = []
         # decide once per log where (and whether) decisions go: asking per decision would rebuild a
         # structlog logger, or re-check the stdlib level, 100,000 times in a large plan
         self._emit = logs.emitter(logging.DEBUG)
 
+    @property
+    def items(self) -> list[Decision]:
+        """Every decision so far, in order (a new list on each read: copies are made)."""
+        return list(self.decisions())
+
+    def decisions(self) -> tuple[Decision, ...]:
+        """Every decision so far, in order (copies made)."""
+        return DeferredDecisions(self.entries).made()
+
+    def deferred(self) -> DeferredDecisions:
+        """Every decision so far, with the copies not made until read."""
+        return DeferredDecisions(self.entries)
+
+    def mark(self) -> int:
+        """A position in the log, for :meth:`since`."""
+        return len(self.entries)
+
+    def since(self, mark: int) -> list[Decision]:
+        """The decisions added after :meth:`mark` returned ``mark``."""
+        return list(DeferredDecisions(self.entries[mark:]).made())
+
     def add(self, decision: Decision) -> Decision:
         """Append ``decision`` (and emit it as a ``kvrules.decision`` event when someone listens)."""
-        self.items.append(decision)
+        self.entries.append(decision)
         if self._emit is not None:
             d = decision
             self._emit(
@@ -322,12 +444,20 @@ class DecisionLog:
             for decision in template:
                 self.add(decision.for_layer(layer))
             return
-        append = self.items.append
+        append = self.entries.append
         for decision in template:
             copy = _new(Decision)
             _set_layer(copy, layer)
             _set_body(copy, decision._body)
             append(copy)
+
+    def add_copies(self, copies: LayerCopies) -> None:
+        """Add ``copies`` (made and emitted one by one when someone listens)."""
+        if self._emit is not None:
+            for decision in copies.made():
+                self.add(decision)
+        elif copies.layers:
+            self.entries.append(copies)
 
     def record(
         self,

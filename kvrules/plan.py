@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from itertools import chain, islice, repeat
 from json.encoder import encode_basestring_ascii as _string
-from typing import Any
+from typing import Any, cast
 
 from kvrules.config import EngineConfig
-from kvrules.decisions import Decision
+from kvrules.decisions import Body, Decision, DeferredDecisions, Run, decision_runs, with_body
 from kvrules.errors import ModelFileError
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.io import spec_from_dict
@@ -420,16 +422,16 @@ class Plan:
         }
 
     def iter_json(self, *, indent: int | None = None) -> Iterator[str]:
-        """:meth:`to_json`'s text in pieces (a few hundred kilobytes each at most), for writing
-        a large plan to a file or socket without holding all of it: ``"".join`` of the pieces is
-        :meth:`to_json`."""
-        return _JSONText(indent).plan(self)
+        """:meth:`to_json`'s text in pieces (each a few thousand parts of the document: layer
+        names, spec forms, decision records), for writing a large plan to a file or socket
+        without holding all of it: ``"".join`` of the pieces is :meth:`to_json`."""
+        return _JSONText(indent).pieces(self)
 
     def to_json(self, *, indent: int | None = None) -> str:
         """:meth:`to_dict` as JSON text: compact by default (no spaces or newlines), or indented
         by ``indent`` spaces. Byte for byte ``json.dumps(self.to_dict(), indent=indent,
         separators=(",", ":" if indent is None else ": "))``, in about the time planning took."""
-        return "".join(self.iter_json(indent=indent))
+        return "".join(_JSONText(indent).tokens(self))
 
     @classmethod
     def from_dict(
@@ -475,6 +477,41 @@ class Plan:
         )
         _check_derived(data, plan, version)
         return plan
+
+
+class _MadeOnRead:
+    """:attr:`Plan.decisions`: the tuple given to the constructor, or, for a plan the pipeline
+    built (:func:`with_deferred_decisions`), its log's records, made into that tuple when first
+    read and kept. Planning a million layers then makes no million records the garbage collector
+    walks meanwhile; reading ``plan.decisions`` makes them once."""
+
+    def __get__(self, plan: Plan | None, owner: type | None = None) -> tuple[Decision, ...]:
+        if plan is None:
+            raise AttributeError("decisions")  # for dataclasses: the field has no default
+        stored = plan.__dict__["decisions"]
+        if type(stored) is DeferredDecisions:
+            stored = plan.__dict__["decisions"] = stored.made()
+        return stored  # type: ignore[no-any-return]
+
+    def __set__(self, plan: Plan, value: tuple[Decision, ...] | DeferredDecisions) -> None:
+        plan.__dict__["decisions"] = value
+
+
+# installed after @dataclass made the field, so the generated __init__, __eq__ and __repr__
+# store and read the field through it
+setattr(Plan, "decisions", _MadeOnRead())  # noqa: B010
+
+
+def with_deferred_decisions(plan: Plan, decisions: DeferredDecisions) -> Plan:
+    """``plan``, its decisions replaced by ``decisions``, made when ``plan.decisions`` is first
+    read (for the pipeline: ``plan`` is new and not yet shared)."""
+    object.__setattr__(plan, "decisions", decisions)
+    return plan
+
+
+def plan_decision_runs(plan: Plan) -> Iterator[Run]:
+    """``plan``'s decisions in order, as columns, without making deferred ones."""
+    return decision_runs(plan.__dict__["decisions"])
 
 
 def _concurrency(value: float) -> float | None:
@@ -771,7 +808,7 @@ def _spec_size_figures(
 
 # -- writing: JSON text in pieces -------------------------------------------------------------
 
-#: items joined into one piece of :meth:`Plan.iter_json`
+#: tokens joined into one piece of :meth:`Plan.iter_json`
 _BATCH = 2000
 #: distinct decision bodies remembered at a time (decisions repeat in runs of layers)
 _DECISION_MEMO = 4096
@@ -786,10 +823,10 @@ class _JSONText:
             indent = as_int(indent, "to_json(indent=...)", minimum=0, maximum=16, error=ModelFileError)
         self.indent = indent
         self.colon = ":" if indent is None else ": "
+        self.keys: dict[str, str] = {}  # the few keys of the document's objects, with their colon
         self.specs = _Memo(lambda spec: self.value(spec.to_dict(), 2))
         self.sizes = _Memo(lambda spec: self.value(page_sizes(spec), 2))
         self.group_specs = _Memo(lambda spec: self.value(spec.to_dict(), 3))
-        self.shared: dict[int, tuple[str, str]] = {}
         self.bodies: dict[tuple[Any, ...], tuple[str, str]] = {}
         self.contents: dict[tuple[Any, ...], tuple[str, str]] = {}
 
@@ -805,42 +842,51 @@ class _JSONText:
 
     def key(self, name: str) -> str:
         """An object key with its colon."""
-        return _string(name) + self.colon
+        text = self.keys.get(name)
+        if text is None:
+            text = self.keys[name] = _string(name) + self.colon
+        return text
 
-    def container(self, brackets: str, items: Iterable[str], depth: int) -> Iterator[str]:
-        """An array (``"[]"``) or object (``"{}"``, items with their keys) of encoded items at
-        ``depth``, in pieces of :data:`_BATCH` items."""
+    def container(self, brackets: str, items: Iterable[tuple[str, ...]], depth: int) -> Iterable[str]:
+        """The tokens of an array (``"[]"``) or object (``"{}"``) at ``depth`` whose items are
+        ``items``, each given as the tuple of its tokens (an object's item with its key), and
+        separated without a Python call per item."""
         inner = self.newline(depth + 1)
-        lead, empty = brackets[0] + inner, True
-        batch: list[str] = []
-        for item in items:
-            batch.append(item)
-            if len(batch) == _BATCH:
-                yield lead + ("," + inner).join(batch)
-                lead, empty = "," + inner, False
-                batch.clear()
-        if batch:
-            yield lead + ("," + inner).join(batch)
-            empty = False
-        yield brackets if empty else self.newline(depth) + brackets[1]
+        tokens = chain.from_iterable(map(operator.add, repeat(("," + inner,)), items))
+        if next(tokens, None) is None:  # the first item's separator, or nothing: no items
+            return (brackets,)
+        return chain((brackets[0] + inner,), tokens, (self.newline(depth) + brackets[1],))
 
     def whole(self, brackets: str, items: Iterable[str], depth: int) -> str:
         """:meth:`container` as one string (for small containers)."""
-        return "".join(self.container(brackets, items, depth))
+        items = list(items)
+        if not items:
+            return brackets
+        if self.indent is None:
+            return brackets[0] + ",".join(items) + brackets[1]
+        inner = self.newline(depth + 1)
+        return brackets[0] + inner + ("," + inner).join(items) + self.newline(depth) + brackets[1]
 
     def names(self, names: Iterable[str], depth: int) -> str:
         """An array of layer names."""
         return self.whole("[]", map(_string, names), depth)
 
     # -- the plan's parts ---------------------------------------------------------------
-    def plan(self, plan: Plan) -> Iterator[str]:
-        """The whole document, in the key order of :meth:`Plan.to_dict`."""
+    def tokens(self, plan: Plan) -> Iterator[str]:
+        """The whole document as tokens (strings whose concatenation it is), in the key order
+        of :meth:`Plan.to_dict`."""
         lead = "{" + self.newline(1)
-        for name, pieces in self.sections(plan):
+        for name, tokens in self.sections(plan):
             yield lead + self.key(name)
-            yield from pieces
+            yield from tokens
             lead = "," + self.newline(1)
         yield self.newline(0) + "}"
+
+    def pieces(self, plan: Plan) -> Iterator[str]:
+        """:meth:`tokens` joined into pieces of :data:`_BATCH` tokens."""
+        tokens = self.tokens(plan)
+        while batch := list(islice(tokens, _BATCH)):
+            yield "".join(batch)
 
     def sections(self, plan: Plan) -> Iterator[tuple[str, Iterable[str]]]:
         """Each top-level key with its value's pieces."""
@@ -857,13 +903,15 @@ class _JSONText:
         }
         for name, value in small.items():
             yield name, (self.value(value, 1),)
-        specs = plan.specs.items()
-        yield "specs", self.container("{}", (self.key(n) + self.specs(s) for n, s in specs), 1)
-        yield "spec_sizes", self.container("{}", (self.key(n) + self.sizes(s) for n, s in specs), 1)
-        yield "groups", self.container("[]", map(self.group, plan.groups), 1)
-        yield "workers", self.container("[]", map(self.worker, plan.workers), 1)
+        yield "specs", self.container("{}", self.per_layer(plan.specs, self.specs), 1)
+        yield "spec_sizes", self.container("{}", self.per_layer(plan.specs, self.sizes), 1)
+        yield "groups", self.container("[]", zip(map(self.group, plan.groups)), 1)
+        yield "workers", self.container("[]", zip(map(self.worker, plan.workers)), 1)
         yield "waste", (self.value(plan.waste.to_dict() if plan.waste is not None else None, 1),)
-        yield "decisions", self.container("[]", map(self.decision, plan.decisions), 1)
+        yield (
+            "decisions",
+            self.container("[]", chain.from_iterable(map(self.decisions, plan_decision_runs(plan))), 1),
+        )
         if plan.extra:
             yield "extra", (self.value(dict(plan.extra), 1),)
 
@@ -916,37 +964,47 @@ class _JSONText:
         ]
         return self.whole("{}", fields, 4)
 
-    def decision(self, d: Decision) -> str:
-        """One entry of ``decisions`` (depth 2); a body shared by several layers is encoded once.
+    def per_layer(
+        self, specs: Mapping[str, KVCacheSpec], text: Callable[[KVCacheSpec], str]
+    ) -> Iterator[tuple[str, str]]:
+        """``('"layer":', text(spec))`` for each layer of ``specs``, ``text`` asked once per
+        spec object (layers share a few) and the rest done without a Python call per layer."""
+        values = list(specs.values())
+        texts = {key: text(spec) for key, spec in dict(zip(map(id, values), values, strict=True)).items()}
+        keys = map(operator.add, map(_string, specs), repeat(self.colon))
+        return zip(keys, map(texts.__getitem__, map(id, values)), strict=False)
 
-        Looked up by the identity of the decision's body first (:meth:`Decision.for_layer`
-        copies share it), then by the identity of its mappings, then by their content
-        (summaries made afresh for each layer). The plan holds every body while its text is
-        written, so an identity is not reused meanwhile.
-        """
-        body = d.body
-        parts = self.shared.get(id(body))
+    def decisions(self, run: Run) -> Iterator[tuple[str, str, str]]:
+        """The entries of ``decisions`` (depth 2) for one run of decisions in columns, each as
+        its head, its layer name and its tail; each distinct body is encoded once
+        (:meth:`parts`), the rest done without a Python call per decision."""
+        layers, bodies, named = run
+        ids = list(map(id, bodies))
+        heads: dict[int, str] = {}
+        tails: dict[int, str] = {}
+        for key, body in dict(zip(ids, bodies, strict=True)).items():
+            heads[key], tails[key] = self.parts(body)
+        names: Iterator[str] = (
+            map(_string, cast("list[str]", layers))
+            if named
+            else ("null" if n is None else _string(n) for n in layers)
+        )
+        return zip(map(heads.__getitem__, ids), names, map(tails.__getitem__, ids), strict=False)
+
+    def parts(self, body: Body) -> tuple[str, str]:
+        """The text of a decision with ``body``, before and after its layer name; looked up by
+        the identity of the body's mappings, then by their content (summaries made afresh for
+        each layer). The plan holds every body while its text is written, so an identity is not
+        reused meanwhile."""
+        stage, rule, outcome, reason, before, after, padding, details = body
+        fast = (stage, rule, outcome, reason, id(before), id(after), padding, id(details))
+        parts = self.bodies.get(fast)
         if parts is None:
-            fast = (
-                d.stage,
-                d.rule,
-                d.outcome,
-                d.reason,
-                id(d.before),
-                id(d.after),
-                d.padding_bytes,
-                id(d.details),
-            )
-            parts = self.bodies.get(fast)
-            if parts is None:
-                if len(self.bodies) >= _DECISION_MEMO:
-                    self.bodies.clear()
-                    self.contents.clear()
-                    self.shared.clear()
-                parts = self.bodies[fast] = self.body(d)
-            self.shared[id(body)] = parts
-        head, tail = parts
-        return head + ("null" if d.layer is None else _string(d.layer)) + tail
+            if len(self.bodies) >= _DECISION_MEMO:
+                self.bodies.clear()
+                self.contents.clear()
+            parts = self.bodies[fast] = self.body(with_body(None, body))
+        return parts
 
     def body(self, d: Decision) -> tuple[str, str]:
         """The text of ``d`` before and after its layer name."""

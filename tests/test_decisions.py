@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from kvrules import Decision, EngineConfig, FullAttentionSpec, MambaSpec, Planner
-from kvrules.decisions import layer_copies
+from kvrules.decisions import DecisionLog, DeferredDecisions, LayerCopies, layer_copies
+from kvrules.plan import Plan
 
 SPECS = {
     "model.layers.0.linear_attn": MambaSpec(
@@ -114,3 +116,43 @@ def test_a_decision_is_an_immutable_value_and_copies_share_its_body() -> None:
             pytest.fail("a decision matches by its fields")
     copies = layer_copies(["b.0", "b.1"], [(d.body,), (d.body, d.body)])
     assert [c.layer for c in copies] == ["b.0", "b.1", "b.1"] and all(c.body is d.body for c in copies)
+
+
+def test_a_plans_decisions_are_made_when_first_read() -> None:
+    """The pipeline hands the plan its log's records; per-layer copies become Decision objects on
+    the first read of ``plan.decisions`` (then kept), the same records a listening plan made one
+    by one, and the JSON is written from the records without making them."""
+    specs = {f"l.{i}": spec for i in range(40) for spec in [list(SPECS.values())[i % 3]]}
+    plan = Planner("vllm").plan(specs, 1 << 30, CFG)
+    stored = plan.__dict__["decisions"]
+    assert isinstance(stored, DeferredDecisions) and len(stored) > 40
+    assert any(isinstance(entry, LayerCopies) for entry in stored._entries)
+    text = plan.to_json()
+    assert plan.__dict__["decisions"] is stored  # writing the JSON made no records
+    made = plan.decisions
+    assert type(made) is tuple and plan.decisions is made and len(made) == len(stored)
+    with capture_logs():  # someone listens: every record is made and emitted at once
+        listened = Planner("vllm").plan(specs, 1 << 30, CFG)
+    assert type(listened.__dict__["decisions"]) is DeferredDecisions
+    assert listened.decisions == made and listened == plan
+    assert text == listened.to_json()
+    again = pickle.loads(pickle.dumps(Planner("vllm").plan(specs, 1 << 30, CFG)))
+    assert type(again.__dict__["decisions"]) is tuple and again == plan
+    assert copy.deepcopy(Planner("vllm").plan(specs, 1 << 30, CFG)) == plan
+    replaced = dataclasses.replace(plan, strategy_set="other")
+    assert replaced.decisions == made and replaced.strategy_set == "other"
+    given = Plan(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)})
+    assert given.decisions is made and given == plan
+
+
+def test_a_decision_log_keeps_layer_copies_until_read() -> None:
+    d = Decision("unify", "mamba-pad", "applied", "a.0", "padded", None, None, 64)
+    log = DecisionLog()
+    log.add(d)
+    mark = log.mark()
+    log.add_copies(LayerCopies(["b.0", "b.1"], [(d.body,), (d.body, d.body)]))
+    log.add_copies(LayerCopies([], []))
+    assert len(log.entries) == 2 and len(log.deferred()) == 4
+    assert [x.layer for x in log.since(mark)] == ["b.0", "b.1", "b.1"]
+    assert log.decisions() == (d, d.for_layer("b.0"), d.for_layer("b.1"), d.for_layer("b.1"))
+    assert log.items == list(log.decisions())

@@ -169,5 +169,5 @@ def allocate(
         views={p.layer: views[p.layer] for p in placements},
         placements={p.layer: p for p in placements},
         layouts={name: lay.name for name, lay in layouts.items()},
-        decisions=tuple(ask.decisions.items),
+        decisions=ask.decisions.decisions(),
     )

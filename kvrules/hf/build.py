@@ -419,7 +419,7 @@ def build_hf_model(
     aligned = _align(build, strategy_set)
     return HFModel(
         specs=aligned,
-        decisions=tuple(build.ask.decisions.items),
+        decisions=build.ask.decisions.decisions(),
         target=BuiltModel(build.config, build.arch.name, build.settings, tuple(build.specs)),
         draft=build.draft,
         draft_kind=build.draft_kind,

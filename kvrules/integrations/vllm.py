@@ -194,7 +194,7 @@ def _route(
     ctx, ask = planner.context(config)
     converted = convert(specs, ctx, ask)
     grouping = planner.group(converted, ctx, ask)
-    return list(grouping.groups), converted, tuple(ctx.decisions.items)
+    return list(grouping.groups), converted, ctx.decisions.decisions()
 
 
 def _check_same_across_workers(kv_cache_specs: Sequence[Mapping[str, Any]]) -> None:

@@ -185,7 +185,7 @@ def _grouping(
     ctx, ask = st.planner.context(settings.engine)
     converted = convert(specs, ctx, ask)
     grouping = st.planner.group(converted, ctx, ask)
-    st.decisions = tuple(ctx.decisions.items)
+    st.decisions = ctx.decisions.decisions()
     return grouping, specs
 
 
@@ -250,7 +250,7 @@ def _worker_plan(
         return WorkerPlan(num_blocks, (), groups, "", 0, num_blocks)
     worker = dataclasses.replace(worker, memory=worker.block_bytes * num_blocks)
     (plan,) = lay_out([worker], ctx, ask)
-    st.decisions = tuple(ctx.decisions.items)
+    st.decisions = ctx.decisions.decisions()
     return plan
 
 

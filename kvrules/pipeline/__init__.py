@@ -34,7 +34,7 @@ from kvrules.pipeline.project import project
 from kvrules.pipeline.route import choose_route, fall_back
 from kvrules.pipeline.unify import unify_pages
 from kvrules.pipeline.waste import waste_report
-from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan
+from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, with_deferred_decisions
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
@@ -105,7 +105,7 @@ class Planner:
         ctx, ask = self.context(config)
         ask.specs(specs, config)
         unified = unify_pages(specs, ctx, ask)
-        return UnifyResult(specs=unified, decisions=tuple(ctx.decisions.items))
+        return UnifyResult(specs=unified, decisions=ctx.decisions.decisions())
 
     def group(self, converted: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> Grouping:
         """Route the converted specs; for a unifying route unify them (falling back on failure),
@@ -182,7 +182,7 @@ class Planner:
             workers=tuple(workers),
             num_blocks=agreed,
             specs=grouping.specs,
-            decisions=tuple(ask.decisions.items),
+            decisions=(),
             max_concurrency=concurrency,
             capacity_tokens=capacity,
             max_model_len=length,
@@ -192,6 +192,7 @@ class Planner:
             route=grouping.route,
             waste=waste,
         )
+        with_deferred_decisions(plan, ask.decisions.deferred())
         logs.info(
             "kvrules.plan.finished",
             layers=len(plan.specs),

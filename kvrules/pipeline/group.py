@@ -44,9 +44,9 @@ def group(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> lis
             f"no active grouper can group {len(specs)} layer(s); asked: "
             f"{'; '.join(declined) or 'none active'}. Activate a grouper such as 'vllm-group-size'."
         )
-    seen = len(ask.decisions.items)
+    seen = ask.decisions.mark()
     groups = ask.group(rule, specs, ctx)
-    if not any(d.rule == rule.name for d in ask.decisions.items[seen:]):
+    if not any(d.rule == rule.name for d in ask.decisions.since(seen)):
         # the grouper recorded nothing itself: record that it acted, and why
         ask.record("group", rule.name, "applied", f"{check.reason} {len(groups)} groups.")
     return groups

@@ -13,7 +13,7 @@ from itertools import compress, count, repeat
 from operator import is_
 from typing import cast
 
-from kvrules.decisions import Body, Decision, layer_copies
+from kvrules.decisions import Body, Decision, Entry, LayerCopies
 from kvrules.errors import UnificationError
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
@@ -114,7 +114,7 @@ def _unified(
     at once and put between those first layers' records, so the log reads as if each layer had
     been asked in turn. For a model whose layers share a few spec objects (the usual case)."""
     names, values = list(specs), list(specs.values())
-    log = ask.decisions.items
+    log = ask.decisions.entries  # not listening (see unify_pages): copies may stay unmade
     base = len(log)
     by_equal: dict[KVCacheSpec, Answer] = {}
     answers: dict[int, Answer] = {}
@@ -145,7 +145,7 @@ def _unified(
 
 
 def _interleave(
-    log: list[Decision],
+    log: list[Entry],
     base: int,
     firsts: Sequence[tuple[int, int, int]],
     names: Sequence[str],
@@ -162,11 +162,12 @@ def _interleave(
     del log[base:]
     done = 0
     for index, start, stop in sorted(firsts):
-        log.extend(_copies(names, values, bodies, done, index))
+        if done < index:
+            log.append(_copies(names, values, bodies, done, index))
         log.extend(recorded[start - base : stop - base])
         done = index + 1
     if done < end:
-        log.extend(_copies(names, values, bodies, done, end))
+        log.append(_copies(names, values, bodies, done, end))
 
 
 def _copies(
@@ -175,9 +176,9 @@ def _copies(
     bodies: Mapping[int, tuple[Body, ...]],
     start: int,
     stop: int,
-) -> list[Decision]:
-    """The decisions of layers ``start`` to ``stop`` (none of them a first layer)."""
-    return layer_copies(names[start:stop], list(map(bodies.__getitem__, map(id, values[start:stop]))))
+) -> LayerCopies:
+    """The decisions of layers ``start`` to ``stop`` (none of them a first layer), not made yet."""
+    return LayerCopies(names[start:stop], list(map(bodies.__getitem__, map(id, values[start:stop]))))
 
 
 def _unified_layer_by_layer(
