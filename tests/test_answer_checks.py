@@ -3,9 +3,14 @@ the fault (unknown, repeated within or across, not a string, unhashable, missing
 
 from __future__ import annotations
 
+from itertools import pairwise, zip_longest
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvrules import FullAttentionSpec, KVCacheGroup, KVCacheTensor
+from kvrules.plugin import answers
 from kvrules.plugin.answers import groups_problem, partition_problem, tensors_problem
 
 SPEC = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="bfloat16")
@@ -146,3 +151,59 @@ def test_a_partition_whose_remaining_specs_are_wrong_is_refused(
     problem, left = partition_problem(groups(("a.1", "b.0")), remaining, SPECS)
     assert problem is not None and problem.startswith(message)
     assert left == {}
+
+
+# -- the tensors check's shortcut: layers listed in group order -----------------------------------
+
+ROWS = {"a": [f"a.{i}" for i in range(5)], "b": [f"b.{i}" for i in range(5)], "c": ["c.0", "c.1", "c.2"]}
+POOL = [KVCacheGroup(tuple(names), SPEC) for names in ROWS.values()]
+
+
+@st.composite
+def arrangements(draw: st.DrawFn) -> tuple[KVCacheTensor, ...]:
+    """The shared pool's rows (tensor i = layer i of every group), cut anew, some layers moved,
+    dropped, repeated or foreign, and some tensors sized one block short."""
+    names = [n for row in zip_longest(*ROWS.values()) for n in row if n is not None]
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["swap", "drop", "repeat", "foreign"]))
+        at = draw(st.integers(0, len(names) - 1))
+        if kind == "swap":
+            other = draw(st.integers(0, len(names) - 1))
+            names[at], names[other] = names[other], names[at]
+        elif kind == "drop":
+            del names[at]
+        elif kind == "repeat":
+            names.insert(draw(st.integers(0, len(names))), names[at])
+        else:
+            names[at] = "z.9"
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(names) - 1)), max_size=6))))
+    bounds = [0, *cuts, len(names)]
+    short = draw(st.booleans())
+    return tuple(
+        KVCacheTensor(PAGE * (9 if short and i == 0 else 10), tuple(names[a:b]))
+        for i, (a, b) in enumerate(pairwise(bounds))
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrangements())
+def test_the_group_order_shortcut_gives_the_general_checks_verdict(answer: tuple[KVCacheTensor, ...]) -> None:
+    """Tensors listing the layers in group order are accepted by comparing two lists; any other
+    answer goes to the general check. Either way the verdict is the general check's own."""
+    shortcut = tensors_problem(answer, POOL, 1 << 30, 10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(answers, "_in_group_order", lambda tensors, groups: False)
+        general = tensors_problem(answer, POOL, 1 << 30, 10)
+    assert shortcut == general
+
+
+def test_the_shortcut_takes_only_the_group_order() -> None:
+    rows = tuple(KVCacheTensor(PAGE * 10, tuple(r for r in row if r)) for row in zip_longest(*ROWS.values()))
+    assert answers._in_group_order(rows, POOL)
+    assert not answers._in_group_order(rows[::-1], POOL)
+    assert not answers._in_group_order((*rows, KVCacheTensor(PAGE * 10, ("a.0",))), POOL)
+    bad = (KVCacheTensor(PAGE * 10, 5), *rows[1:])  # type: ignore[arg-type]
+    assert not answers._in_group_order(bad, POOL)
+    assert tensors_problem(bad, POOL, 1 << 30, 10) == (
+        "gave tensor 0 shared_by = 5; it must be a tuple of layer names"
+    )

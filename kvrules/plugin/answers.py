@@ -44,7 +44,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import chain, repeat, zip_longest
+from operator import attrgetter
 from typing import Any, cast
 
 from kvrules.config import EngineConfig, check_settings
@@ -53,6 +54,7 @@ from kvrules.errors import ConfigError
 from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin.rules import Check
 from kvrules.specs.base import KVCacheSpec, field_names
+from kvrules.values import shown
 
 
 def _is_int(value: object) -> bool:
@@ -323,6 +325,8 @@ def _tensor_problem(index: int, tensor: object) -> str | None:
     """Tensor ``index`` is a :class:`KVCacheTensor` with non-negative int size, offset and stride."""
     if not isinstance(tensor, KVCacheTensor):
         return f"returned {tensor!r} as tensor {index}, not a KVCacheTensor"
+    if not isinstance(tensor.shared_by, (tuple, list)):
+        return f"gave tensor {index} shared_by = {shown(tensor.shared_by)}; it must be a tuple of layer names"
     size, offset, stride = tensor.size, tensor.offset, tensor.block_stride
     if type(size) is int and type(offset) is int and type(stride) is int and min(size, offset, stride) >= 0:
         return None  # the common case, without a call per field
@@ -344,6 +348,25 @@ def _size_problem(index: int, tensor: KVCacheTensor, widest_page: int, num_block
     return None
 
 
+def _in_group_order(tensors: Sequence[KVCacheTensor], groups: Sequence[KVCacheGroup]) -> bool:
+    """Whether ``tensors`` list the layers of ``groups`` position by position: the first layer
+    of every group, then the second of every group that has one, and so on (a shared pool's
+    arrangement, however the rows are cut into tensors). Then every layer is in exactly one
+    tensor and no other layer is in any, as the groups were checked when they were made; found
+    by comparing two lists in order, where a table of a million layers would be probed at
+    random a million times."""
+    rows = [g.layer_names for g in groups]
+    if len(set(map(len, rows))) <= 1:
+        expected = list(chain.from_iterable(zip(*rows, strict=True)))
+    else:  # layer names are never empty: filter(None) drops only the fill
+        expected = list(filter(None, chain.from_iterable(zip_longest(*rows))))
+    try:
+        placed = list(chain.from_iterable(map(attrgetter("shared_by"), tensors)))
+    except TypeError:  # a shared_by that is not a sequence: the general check names it
+        return False
+    return len(placed) == len(expected) and set(map(type, placed)) <= {str} and placed == expected
+
+
 def _widest_pages(
     tensors: Sequence[KVCacheTensor], groups: Sequence[KVCacheGroup], layers: Mapping[str, object] | None
 ) -> list[int] | str:
@@ -355,6 +378,8 @@ def _widest_pages(
     group is pooled with one page, a copy of it is that table (copying a dict costs far less
     than building one)."""
     page = _pooled_page(groups)
+    if page is not None and _in_group_order(tensors, groups):
+        return [page if t.shared_by else 0 for t in tensors]
     if page is not None and type(layers) is dict and len(layers) == sum(len(g.layer_names) for g in groups):
         remaining: dict[str, object] = layers.copy()
     else:
