@@ -23,6 +23,7 @@ from kvrules import (
     UniformTypeKVCacheSpecs,
     spec_from_dict,
 )
+from kvrules.specs.base import distinct_specs
 
 FP8 = {"dtype": "uint8", "kv_quant_mode": KVQuantMode.FP8_PER_TENSOR}
 BF16 = {"dtype": "bfloat16"}
@@ -349,3 +350,24 @@ def test_an_aligned_page_is_written_only_beyond_the_alignment(
         assert ("page_size_padded" not in spec.to_dict()) == (rebuilt.page_size_bytes == spec.page_size_bytes)
     again = spec_from_dict(spec.to_dict())  # a padding of 0 bytes may come back as none
     assert again.page_size_bytes == spec.page_size_bytes and again.to_dict() == spec.to_dict()
+
+
+#: spec objects to draw layers from: two equal but distinct objects among them
+_POOL = [FullAttentionSpec(16, num_kv_heads=h, head_size=64, dtype="bfloat16") for h in (1, 2, 4, 8, 1)] + [
+    SlidingWindowSpec(16, num_kv_heads=1, head_size=64, dtype="bfloat16", sliding_window=w)
+    for w in range(1, 30)
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, len(_POOL) - 1), max_size=400),
+    st.sampled_from([list, tuple, lambda xs: iter(list(xs)), lambda xs: dict(enumerate(xs)).values()]),
+)
+def test_distinct_specs_are_the_objects_in_first_seen_order(picks: list[int], kind: object) -> None:
+    """One of each object, by identity (equal objects stay apart), in first-seen order, from a
+    few objects or many, whatever the iterable."""
+    layers = [_POOL[i] for i in picks]
+    expected = list({id(s): s for s in layers}.values())
+    found = distinct_specs(kind(layers))  # type: ignore[operator]
+    assert len(found) == len(expected) and all(a is b for a, b in zip(found, expected, strict=True))

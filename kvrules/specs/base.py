@@ -18,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from functools import partial
+from operator import is_not
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast, overload
 
 from kvrules.errors import SpecError
@@ -386,9 +388,28 @@ class KVCacheSpec:
 
 def distinct_specs(specs: Iterable[KVCacheSpec]) -> list[KVCacheSpec]:
     """One of each spec object in ``specs`` (by identity, in first-seen order), without a Python
-    call per layer: models share spec objects between layers, so a million layers give a few."""
-    values = specs if isinstance(specs, Collection) else list(specs)
-    return list(dict(zip(map(id, values), values, strict=True)).values())
+    call per layer: models share spec objects between layers, so a million layers give a few.
+
+    While the objects found hold many layers, each costs one C-level pass keeping the layers
+    that are not it (no object made per layer); at most :data:`_FEW_PASSES` such passes, and
+    once one removes less than a sixteenth of the layers left, the rest is gathered in one pass
+    by identity."""
+    rest = list(specs)
+    found: list[KVCacheSpec] = []
+    while rest and len(found) < _FEW_PASSES:
+        first = rest[0]
+        found.append(first)
+        left = len(rest)
+        rest = list(filter(partial(is_not, first), rest))
+        if (left - len(rest)) * 16 < left:
+            break
+    if rest:
+        found += dict(zip(map(id, rest), rest, strict=True)).values()
+    return found
+
+
+#: distinct spec objects :func:`distinct_specs` finds by one filtering pass each
+_FEW_PASSES = 8
 
 
 def merged_spec(specs: Mapping[str, KVCacheSpec]) -> KVCacheSpec | None:
