@@ -9,7 +9,9 @@ Then, for the ``vllm`` and ``default`` sets, each figure in a fresh process (``-
 ``to_json()`` time and their ratio (target <= 2), the peak RSS (``ru_maxrss`` of that process, the
 returned JSON string included; target < 300 MiB) and that every decision is in the JSON; the same
 for ``to_json(indent=2)``; and the 1,000,000-layer plan time with its ratio to the 100,000-layer
-one (target <= 12). Run: ``.venv/bin/python benchmarks/plan_scaling.py`` (``--quick`` for a short
+one (target <= 12), the two sizes' processes taking turns. A plan's per-layer decision records
+are made when ``plan.decisions`` is first read, after the plan time; that read is timed apart.
+Run: ``.venv/bin/python benchmarks/plan_scaling.py`` (``--quick`` for a short
 run, ``--scale-only`` for the fresh-process figures alone).
 """
 
@@ -175,11 +177,10 @@ def child(mode: str, layers: int, strategies: str) -> None:
     specs = hybrid_model(layers)
     start, cpu = time.perf_counter(), time.process_time()
     plan = planner.plan(specs, scale_memory(layers), SCALE_CONFIG)
-    out: dict[str, Any] = {
-        "plan_s": time.perf_counter() - start,
-        "plan_cpu_s": time.process_time() - cpu,
-        "decisions": len(plan.decisions),
-    }
+    out: dict[str, Any] = {"plan_s": time.perf_counter() - start, "plan_cpu_s": time.process_time() - cpu}
+    start = time.perf_counter()
+    out["decisions"] = len(plan.decisions)  # per-layer records are made on this first read
+    out["read_decisions_s"] = time.perf_counter() - start
     text = ""
     if mode in JSON_MODES:
         start, cpu = time.perf_counter(), time.process_time()
@@ -192,19 +193,39 @@ def child(mode: str, layers: int, strategies: str) -> None:
     print(json.dumps(out))
 
 
-def figure(mode: str, layers: int, strategies: str, repeat: int) -> dict[str, Any]:
-    """:func:`child` run ``repeat`` times, each in a fresh interpreter: every time is the fastest
-    of the runs (wall clock and CPU time apart, on a busy machine CPU time varies less), with the
-    median beside it (``*_median``), the peak RSS the highest."""
+def run_child(mode: str, layers: int, strategies: str) -> dict[str, Any]:
+    """:func:`child`'s figures, measured in a fresh interpreter."""
     command = [sys.executable, __file__, "--child", mode, str(layers), strategies]
-    runs = []
-    for _ in range(repeat):
-        done = subprocess.run(command, check=True, capture_output=True, text=True)
-        runs.append(json.loads(done.stdout.splitlines()[-1]))
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every time the fastest of ``runs`` (wall clock and CPU time apart: on a busy machine CPU
+    time varies less), with the median beside it (``*_median``), the peak RSS the highest."""
     times = [key for key in runs[0] if key.endswith("_s")]
     best = {key: min(r[key] for r in runs) for key in times}
     median = {f"{key}_median": statistics.median(r[key] for r in runs) for key in times}
     return {**runs[0], **best, **median, "peak_mib": max(r["peak_mib"] for r in runs)}
+
+
+def figure(mode: str, layers: int, strategies: str, repeat: int) -> dict[str, Any]:
+    """:func:`child` run ``repeat`` times, each in a fresh interpreter (:func:`summary`)."""
+    return summary([run_child(mode, layers, strategies) for _ in range(repeat)])
+
+
+def paired(
+    small: int, large: int, strategies: str, repeat: int
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """The plan figures of ``small`` and ``large`` layers, their fresh processes taking turns so
+    that the machine's load falls on both alike; with the median of the ``repeat`` ratios of
+    each large run to the small run before it."""
+    smalls, larges = [], []
+    for _ in range(repeat):
+        smalls.append(run_child("plan", small, strategies))
+        larges.append(run_child("plan", large, strategies))
+    ratios = [b["plan_s"] / a["plan_s"] for a, b in zip(smalls, larges, strict=True)]
+    return summary(smalls), summary(larges), statistics.median(ratios)
 
 
 def scale_section(quick: bool, repeat: int) -> None:
@@ -221,7 +242,7 @@ def scale_section(quick: bool, repeat: int) -> None:
         f"{'peak MiB':>9} {'JSON MiB':>9} {'decisions':>19}"
     )
     for strategies in ("vllm", "default"):
-        planned = figure("plan", small, strategies, repeat)
+        planned, big, turns = paired(small, large, strategies, repeat)
         print(
             f"{strategies:>8} {small:>10,} {'(plan only)':>12} {planned['plan_s']:>8.2f} {'':>10} {'':>7} "
             f"{planned['peak_mib']:>9.0f}"
@@ -234,13 +255,17 @@ def scale_section(quick: bool, repeat: int) -> None:
                 f"{out['json_s'] / planned['plan_s']:>6.2f}x {out['peak_mib']:>9.0f} {out['json_mib']:>9.1f} "
                 f"{out['decisions']:>10,} ({every})"
             )
-        big = figure("plan", large, strategies, repeat)
         print(
             f"{strategies:>8} {large:>10,} {'(plan only)':>12} {big['plan_s']:>8.2f} {'':>10} {'':>7} "
             f"{big['peak_mib']:>9.0f}   = {big['plan_s'] / planned['plan_s']:.1f}x the {small:,}-layer plan "
             f"(CPU time {big['plan_cpu_s']:.2f} s / {planned['plan_cpu_s']:.2f} s = "
             f"{big['plan_cpu_s'] / planned['plan_cpu_s']:.1f}x; medians {big['plan_s_median']:.2f} s / "
-            f"{planned['plan_s_median']:.2f} s = {big['plan_s_median'] / planned['plan_s_median']:.1f}x)"
+            f"{planned['plan_s_median']:.2f} s = {big['plan_s_median'] / planned['plan_s_median']:.1f}x; "
+            f"median of the {repeat} run-by-run ratios {turns:.1f}x)"
+        )
+        print(
+            f"{'':>8} {'':>10} {'':>12} first read of plan.decisions ({big['decisions']:,} records made): "
+            f"{big['read_decisions_s']:.2f} s at {large:,} layers, {planned['read_decisions_s']:.3f} s at {small:,}"
         )
 
 
@@ -249,7 +274,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller models, fewer repeats")
     parser.add_argument("--scale-only", action="store_true", help="only the fresh-process figures")
     parser.add_argument(
-        "--repeat", type=int, default=0, help="runs per fresh-process figure (default 3; 1 with --quick)"
+        "--repeat", type=int, default=0, help="runs per fresh-process figure (default 5; 1 with --quick)"
     )
     parser.add_argument("--child", nargs=3, metavar=("MODE", "LAYERS", "SET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -259,7 +284,7 @@ def main() -> None:
         return
     if not args.scale_only:
         per_layer_tables(args.quick)
-    scale_section(args.quick, args.repeat or (1 if args.quick else 3))
+    scale_section(args.quick, args.repeat or (1 if args.quick else 5))
 
 
 if __name__ == "__main__":
