@@ -470,6 +470,10 @@ class FaultySpec(kvrules.FullAttentionSpec):
     def blocks_per_request(self, config: kvrules.EngineConfig) -> int:
         if self.fault == "blocks-raise":
             raise RuntimeError("this spec type cannot count blocks")
+        if self.fault == "blocks-later-str":  # sane when first asked (when kvrules checks it)
+            asked = self.__dict__["_asked"] = self.__dict__.get("_asked", 0) + 1
+            if asked > 1:
+                return "3"  # type: ignore[return-value]
         return super().blocks_per_request(config)
 
     def __hash__(self) -> int:

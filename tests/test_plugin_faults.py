@@ -563,6 +563,15 @@ fault(
     register,
     hook_failed("test-faulty-spec", "spec_types"),
 )("SpecError: FullAttentionSpec.block_size=0 must be >= 1")
+fault(
+    "spec-type-P4-blocks-str-on-a-later-call-in-min-padding",
+    ODD,
+    plan("default", lambda: with_faulty_spec("blocks-later-str")),
+)(
+    "answered sanely when checked but, asked again, answers blocks_per_request = '3'; "
+    "it must be an int >= 0; rule 'min-padding' then raised TypeError in check: unsupported operand "
+    "type(s) for +: 'int' and 'str'"
+)
 fault("spec-type-P4-memory-negative", ODD, plan_spec("memory-negative"))(
     ANSWERS.format("max_memory_usage_bytes = -1; it must be an int >= 0")
 )

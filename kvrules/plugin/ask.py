@@ -144,7 +144,7 @@ class Asker:
         except KVRulesError:
             raise
         except Exception as exc:
-            raise self._blame(kind, obj, method, exc) from exc
+            raise self._blame(kind, obj, method, exc, args) from exc
         problem = answers.answer_problem(kind, method, answer)
         if problem:
             raise self.fault(kind, obj, f"answered {method}() with {problem}")
@@ -159,7 +159,13 @@ class Asker:
         except Exception as exc:
             raise self._blame(kind, obj, attribute, exc) from exc
 
-    def _blame(self, kind: str, obj: Any, method: str, exc: Exception) -> PluginError:
+    def _blame(
+        self, kind: str, obj: Any, method: str, exc: Exception, args: tuple[Any, ...] = ()
+    ) -> PluginError:
+        """Whom ``exc``, raised while ``obj`` was asked ``method(*args)``, is a fault of: the plugin
+        whose module raised it; else a spec among ``args`` whose answers, asked again, are now
+        wrong (a spec type answering sanely when checked and wrongly later, which the rule then
+        tripped on); else ``obj``."""
         raised = f"raised {type(exc).__name__} in {method}: {exc}"
         origin = _innermost_plugin_module(exc.__traceback__, self.registries)
         asked = self.provider(kind, _name(kind, obj))
@@ -168,6 +174,15 @@ class Asker:
             return PluginError(
                 f"{provider} (module {module}) raised {type(exc).__name__} while "
                 f"{self.what(kind, obj)} was asked {method}(): {exc}"
+            )
+        late = None if kind == "spec-type" else _late_spec_fault(args)
+        if late is not None:
+            spec, problem = late
+            return self.fault(
+                "spec-type",
+                spec,
+                f"answered sanely when checked but, asked again, {problem}; "
+                f"{self.what(kind, obj)} then raised {type(exc).__name__} in {method}: {exc}",
             )
         return self.fault(kind, obj, raised)
 
@@ -526,6 +541,45 @@ def _layers(specs: Mapping[str, KVCacheSpec]) -> list[tuple[str, KVCacheSpec]]:
 def _group_specs(groups: Sequence[KVCacheGroup]) -> list[tuple[str, KVCacheSpec]]:
     """``("group i", spec)`` of every group, for :meth:`Asker.made`."""
     return [(f"group {index}", group.spec) for index, group in enumerate(groups)]
+
+
+def _late_spec_fault(args: tuple[Any, ...]) -> tuple[KVCacheSpec, str] | None:
+    """The first spec among ``args`` (a spec, the values of a mapping, groups' specs and their
+    members) whose answers (:func:`~kvrules.plugin.answers.spec_problem`, per request with the
+    engine settings among ``args``) are wrong when asked now, with what is wrong."""
+    config = next((a for a in args if isinstance(a, EngineConfig)), None) or next(
+        (a.config for a in args if isinstance(getattr(a, "config", None), EngineConfig)), None
+    )
+    for spec in _specs_among(args):
+        try:
+            problem = answers.spec_problem(spec, config)
+        except KVRulesError:
+            continue
+        except Exception as exc:
+            problem = f"raised {type(exc).__name__} ({exc})"
+        if problem:
+            return spec, problem
+    return None
+
+
+def _specs_among(args: tuple[Any, ...]) -> list[KVCacheSpec]:
+    found: list[Any] = []
+    for arg in args:
+        if isinstance(arg, KVCacheSpec):
+            found.append(arg)
+        elif isinstance(arg, Mapping):
+            found += distinct_specs(arg.values())
+        elif isinstance(arg, (list, tuple)):
+            found += [g.spec for g in arg if isinstance(g, KVCacheGroup)]
+    members = [m for s in found if isinstance(s, KVCacheSpec) and s.has_members for m in _members(s)]
+    return [s for s in distinct_specs([*found, *members]) if isinstance(s, KVCacheSpec)]
+
+
+def _members(spec: KVCacheSpec) -> list[Any]:
+    try:
+        return list(getattr(spec, "kv_cache_specs", {}).values())
+    except Exception:  # a broken group spec: its own check names it
+        return []
 
 
 def _name(kind: str, obj: Any) -> str:
