@@ -207,3 +207,63 @@ def test_the_shortcut_takes_only_the_group_order() -> None:
     assert tensors_problem(bad, POOL, 1 << 30, 10) == (
         "gave tensor 0 shared_by = 5; it must be a tuple of layer names"
     )
+
+
+# -- the groups check's shortcut: vLLM's split of each spec's layers --------------------------------
+
+TWIN = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="bfloat16")  # equal to SPEC, another object
+MODEL = {f"l.{i}": [SPEC, WIDE, SPEC][i % 3] for i in range(14)}
+
+
+@st.composite
+def splits(draw: st.DrawFn) -> list[KVCacheGroup]:
+    """vLLM's split of each spec's layers into ``n`` interleaved groups, then perhaps broken:
+    layers swapped, dropped, repeated, foreign, a group's spec another (equal) object, or the
+    groups reordered."""
+    made: list[tuple[list[str], FullAttentionSpec]] = []
+    for spec in (SPEC, WIDE):
+        layers = [n for n, s in MODEL.items() if s is spec]
+        n = draw(st.integers(1, 4))
+        made += [(layers[i::n], spec) for i in range(n)]
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["swap", "drop", "repeat", "foreign", "twin", "reorder"]))
+        g = draw(st.integers(0, len(made) - 1))
+        names, spec = made[g]
+        if kind == "swap" and names:
+            other = draw(st.integers(0, len(made) - 1))
+            if made[other][0]:
+                names[0], made[other][0][-1] = made[other][0][-1], names[0]
+        elif kind == "drop" and names:
+            names.pop()
+        elif kind == "repeat" and names:
+            names.append(names[0])
+        elif kind == "foreign":
+            names.append("z.9")
+        elif kind == "twin" and spec is SPEC:
+            made[g] = (names, TWIN)
+        elif kind == "reorder":
+            made.reverse()
+    return [KVCacheGroup(tuple(names), spec) for names, spec in made if names]
+
+
+@settings(max_examples=300, deadline=None)
+@given(splits())
+def test_the_split_shortcut_gives_the_general_checks_verdict(answer: list[KVCacheGroup]) -> None:
+    shortcut = groups_problem(answer, MODEL)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(answers, "_split_by_spec", lambda groups, specs: False)
+        general = groups_problem(answer, MODEL)
+    assert shortcut == general
+
+
+def test_the_split_shortcut_takes_only_vllms_split() -> None:
+    layers = {spec: [n for n, s in MODEL.items() if s is spec] for spec in (SPEC, WIDE)}
+    split = [KVCacheGroup(tuple(layers[SPEC][i::2]), SPEC) for i in range(2)]
+    split.append(KVCacheGroup(tuple(layers[WIDE]), WIDE))
+    assert answers._split_by_spec(split, MODEL)
+    assert not answers._split_by_spec(split[::-1], MODEL)  # the same layers, another order
+    assert groups_problem(split[::-1], MODEL) is None
+    assert not answers._split_by_spec([*split[:2], KVCacheGroup(tuple(layers[WIDE]), TWIN)], MODEL)
+    assert not answers._split_by_spec(
+        [KVCacheGroup(tuple(Name(n) for n in g.layer_names), g.spec) for g in split], MODEL
+    )

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, repeat, zip_longest
-from operator import attrgetter
+from itertools import chain, compress, repeat, zip_longest
+from operator import attrgetter, is_
 from typing import Any, cast
 
 from kvrules.config import EngineConfig, check_settings
@@ -188,11 +188,43 @@ def alignment_problem(old: Mapping[str, KVCacheSpec], new: object, touches: froz
 
 def groups_problem(groups: object, specs: Mapping[str, KVCacheSpec], *, complete: bool = True) -> str | None:
     """A router's, fallback's, grouper's (``complete``) or partitioner's groups over ``specs``."""
+    if complete and _split_by_spec(groups, specs):
+        return None
     problem, left = _unplaced(groups, specs)
     if problem is None and complete and left:
         missing = list(left)
         return f"left {len(missing)} layer(s) out of every group, e.g. {', '.join(missing[:3])}"
     return problem
+
+
+def _split_by_spec(groups: object, specs: Mapping[str, KVCacheSpec]) -> bool:
+    """Whether ``groups`` are pooled groups that split the layers of each of a few spec objects
+    among them position by position (vLLM's split: group ``i`` of ``n`` with one spec holds that
+    spec's layers ``i``, ``i + n``, ...), every layer of ``specs`` in one group: then each group
+    is valid, found by comparing lists in order, where a table of a million layers would be
+    probed at random a million times. Any other grouping gets the general check."""
+    if not isinstance(groups, (list, tuple)) or not groups:
+        return False
+    if any(_group_problem(i, g) is not None or g.spec.has_members for i, g in enumerate(groups)):
+        return False
+    rows: dict[int, list[tuple[str, ...]]] = {}
+    for group in groups:
+        rows.setdefault(id(group.spec), []).append(group.layer_names)
+    if len(rows) > _FEW_GROUP_SPECS or sum(len(g.layer_names) for g in groups) != len(specs):
+        return False
+    names, values = list(specs), list(specs.values())
+    by_id = {id(g.spec): g.spec for g in groups}
+    for key, split in rows.items():
+        held = list(filter(None, chain.from_iterable(zip_longest(*split))))  # names are never empty
+        if held != list(compress(names, map(is_, values, repeat(by_id[key])))):
+            return False
+        if not set(map(type, held)) <= {str}:
+            return False
+    return True
+
+
+#: at most this many distinct group specs take :func:`_split_by_spec`'s passes
+_FEW_GROUP_SPECS = 8
 
 
 def partition_problem(
