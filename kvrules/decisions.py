@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import FrozenInstanceError
-from itertools import chain, repeat
+from itertools import accumulate, chain, compress, repeat
 from typing import Any
 
 from kvrules import logs
@@ -235,40 +235,56 @@ def layer_copies(layers: Sequence[str], bodies: Sequence[Sequence[Body]]) -> lis
 
 
 class LayerCopies:
-    """Decisions not made yet: for each of :attr:`layers` in order, one decision per body of its
-    entry in :attr:`bodies` (what :func:`layer_copies` makes, on demand).
+    """Decisions not made yet: for each of :attr:`layers` in order, one decision per body of
+    ``answers[kinds[i]]`` (what :func:`layer_copies` makes, on demand).
 
     A million-layer plan holds about a million per-layer records; made at once, they are a
     million objects the garbage collector walks at each full collection while the plan is still
-    being built. Kept as two lists until someone reads them, they are two objects.
+    being built. Kept as a tuple of names (which the collector stops walking once it sees it
+    holds only strings), an array of small integers (not walked at all) and the few distinct
+    answers, they cost it nothing.
     """
 
-    __slots__ = ("bodies", "layers")
+    __slots__ = ("answers", "kinds", "layers")
 
-    def __init__(self, layers: Sequence[str], bodies: Sequence[Sequence[Body]]) -> None:
+    def __init__(
+        self, layers: Sequence[str], kinds: Sequence[int], answers: Sequence[Sequence[Body]]
+    ) -> None:
         self.layers = layers
-        self.bodies = bodies
+        self.kinds = kinds
+        self.answers = answers
 
     def __len__(self) -> int:
-        return sum(map(len, self.bodies))
+        counts = list(map(len, self.answers))
+        return sum(map(counts.__getitem__, self.kinds))
 
     def made(self) -> list[Decision]:
         """The decisions, in order (new objects on each call)."""
-        return layer_copies(self.layers, self.bodies)
+        return layer_copies(self.layers, list(map(self.answers.__getitem__, self.kinds)))
 
     def run(self) -> Run:
         """The decisions as columns (:data:`Run`), without making them."""
-        counts = list(map(len, self.bodies))
-        layers = list(chain.from_iterable(map(repeat, self.layers, counts)))
-        return layers, list(chain.from_iterable(self.bodies)), True
+        sizes = list(map(len, self.answers))
+        if max(sizes, default=0) <= 1:  # at most one decision per layer: no layer repeated
+            single = [answer[0] if answer else None for answer in self.answers]
+            if min(sizes, default=1) == 1:
+                return self.layers, self.kinds, single, True
+            keep = list(map(sizes.__getitem__, self.kinds))  # 0 or 1 per layer
+            return list(compress(self.layers, keep)), list(compress(self.kinds, keep)), single, True
+        table = list(chain.from_iterable(self.answers))  # every answer's bodies, one after another
+        starts = [0, *accumulate(sizes)]
+        spans = [range(starts[k], starts[k + 1]) for k in range(len(sizes))]
+        layers = list(chain.from_iterable(map(repeat, self.layers, map(sizes.__getitem__, self.kinds))))
+        return layers, list(chain.from_iterable(map(spans.__getitem__, self.kinds))), table, True
 
-    def __reduce__(self) -> tuple[type[LayerCopies], tuple[Sequence[str], Sequence[Sequence[Body]]]]:
-        return (LayerCopies, (self.layers, self.bodies))
+    def __reduce__(self) -> tuple[type[LayerCopies], tuple[Any, ...]]:
+        return (LayerCopies, (self.layers, self.kinds, self.answers))
 
 
-#: decisions as columns: their layers and their bodies, one entry per decision in order, and
-#: whether every layer is a name (none is ``None``)
-Run = tuple["Sequence[str | None]", "list[Body]", bool]
+#: decisions as columns: decision ``i`` is of layer ``layers[i]`` with body ``bodies[kinds[i]]``
+#: (``layers``, ``kinds``, ``bodies``; an entry of ``bodies`` no decision has may be ``None``),
+#: and whether every layer is a name (none is ``None``)
+Run = tuple["Sequence[str | None]", "Sequence[int]", "Sequence[Body | None]", bool]
 
 #: one entry of a :class:`DecisionLog`: a decision, or the copies of answers for a run of layers
 Entry = Decision | LayerCopies
@@ -319,7 +335,7 @@ def decision_runs(decisions: Sequence[Decision] | DeferredDecisions) -> Iterator
 
 
 def _columns(decisions: Sequence[Decision]) -> Run:
-    return [d.layer for d in decisions], [d.body for d in decisions], False
+    return [d.layer for d in decisions], range(len(decisions)), [d.body for d in decisions], False
 
 
 def with_body(layer: str | None, body: Body) -> Decision:

@@ -824,6 +824,8 @@ class _JSONText:
         self.indent = indent
         self.colon = ":" if indent is None else ": "
         self.keys: dict[str, str] = {}  # the few keys of the document's objects, with their colon
+        self.layer_keys: tuple[object, list[str]] = (None, [])  # a mapping, its keys' text with colons
+        self.arrays: dict[int, tuple[Sequence[str], str]] = {}  # by id: a tuple of names, its text
         self.specs = _Memo(lambda spec: self.value(spec.to_dict(), 2))
         self.sizes = _Memo(lambda spec: self.value(page_sizes(spec), 2))
         self.group_specs = _Memo(lambda spec: self.value(spec.to_dict(), 3))
@@ -867,9 +869,15 @@ class _JSONText:
         inner = self.newline(depth + 1)
         return brackets[0] + inner + ("," + inner).join(items) + self.newline(depth) + brackets[1]
 
-    def names(self, names: Iterable[str], depth: int) -> str:
-        """An array of layer names."""
-        return self.whole("[]", map(_string, names), depth)
+    def names(self, names: Sequence[str], depth: int) -> str:
+        """An array of layer names; in compact text, written once per tuple of names (a group's
+        layers appear in ``groups`` and again in its worker's ``groups``)."""
+        if self.indent is not None:
+            return self.whole("[]", map(_string, names), depth)
+        known = self.arrays.get(id(names))
+        if known is None or known[0] is not names:
+            known = self.arrays[id(names)] = (names, "[" + ",".join(map(_string, names)) + "]")
+        return known[1]
 
     # -- the plan's parts ---------------------------------------------------------------
     def tokens(self, plan: Plan) -> Iterator[str]:
@@ -955,7 +963,20 @@ class _JSONText:
         return self.whole("{}", fields, 4)
 
     def tensor(self, tensor: KVCacheTensor) -> str:
-        """One tensor of a worker (depth 4)."""
+        """One tensor of a worker (depth 4); compact text in one expression (a worker of a large
+        model has a tensor per few layers)."""
+        if self.indent is None:
+            return (
+                '{"size":'
+                + _int(tensor.size)
+                + ',"shared_by":'
+                + ("[" + ",".join(map(_string, tensor.shared_by)) + "]")
+                + ',"offset":'
+                + _int(tensor.offset)
+                + ',"block_stride":'
+                + _int(tensor.block_stride)
+                + "}"
+            )
         fields = [
             self.key("size") + _int(tensor.size),
             self.key("shared_by") + self.names(tensor.shared_by, 5),
@@ -971,25 +992,23 @@ class _JSONText:
         spec object (layers share a few) and the rest done without a Python call per layer."""
         values = list(specs.values())
         texts = {key: text(spec) for key, spec in dict(zip(map(id, values), values, strict=True)).items()}
-        keys = map(operator.add, map(_string, specs), repeat(self.colon))
-        return zip(keys, map(texts.__getitem__, map(id, values)), strict=False)
+        if self.layer_keys[0] is not specs:  # the sections of one mapping share its keys' text
+            self.layer_keys = (specs, list(map(operator.add, map(_string, specs), repeat(self.colon))))
+        return zip(self.layer_keys[1], map(texts.__getitem__, map(id, values)), strict=True)
 
     def decisions(self, run: Run) -> Iterator[tuple[str, str, str]]:
         """The entries of ``decisions`` (depth 2) for one run of decisions in columns, each as
-        its head, its layer name and its tail; each distinct body is encoded once
+        its head, its layer name and its tail; each body of the run is encoded once
         (:meth:`parts`), the rest done without a Python call per decision."""
-        layers, bodies, named = run
-        ids = list(map(id, bodies))
-        heads: dict[int, str] = {}
-        tails: dict[int, str] = {}
-        for key, body in dict(zip(ids, bodies, strict=True)).items():
-            heads[key], tails[key] = self.parts(body)
+        layers, kinds, bodies, named = run
+        parts = [("", "") if body is None else self.parts(body) for body in bodies]
+        heads, tails = [p[0] for p in parts], [p[1] for p in parts]
         names: Iterator[str] = (
-            map(_string, cast("list[str]", layers))
+            map(_string, cast("Sequence[str]", layers))
             if named
             else ("null" if n is None else _string(n) for n in layers)
         )
-        return zip(map(heads.__getitem__, ids), names, map(tails.__getitem__, ids), strict=False)
+        return zip(map(heads.__getitem__, kinds), names, map(tails.__getitem__, kinds), strict=False)
 
     def parts(self, body: Body) -> tuple[str, str]:
         """The text of a decision with ``body``, before and after its layer name; looked up by

@@ -150,8 +150,8 @@ def test_a_decision_log_keeps_layer_copies_until_read() -> None:
     log = DecisionLog()
     log.add(d)
     mark = log.mark()
-    log.add_copies(LayerCopies(["b.0", "b.1"], [(d.body,), (d.body, d.body)]))
-    log.add_copies(LayerCopies([], []))
+    log.add_copies(LayerCopies(("b.0", "b.1"), [0, 1], [(d.body,), (d.body, d.body)]))
+    log.add_copies(LayerCopies((), [], []))
     assert len(log.entries) == 2 and len(log.deferred()) == 4
     assert [x.layer for x in log.since(mark)] == ["b.0", "b.1", "b.1"]
     assert log.decisions() == (d, d.for_layer("b.0"), d.for_layer("b.1"), d.for_layer("b.1"))

@@ -8,6 +8,7 @@ so planning stays linear in the number of layers.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from itertools import compress, count, repeat
 from operator import is_
@@ -155,30 +156,35 @@ def _interleave(
 ) -> None:
     """Rewrite ``log[base:]`` (the first layers' records, ``firsts`` in layer order) to hold, up
     to layer ``end``, each other layer's copies of its spec's decisions in layer order."""
-    bodies = {
+    answered = {
         key: () if answer is None else tuple(d.body for d in answer[1]) for key, answer in answers.items()
     }
+    table = list(answered.values())  # each spec's answer, by its index among them
+    kinds = dict(zip(answered, range(len(table)), strict=True))
     recorded = log[base:]
     del log[base:]
     done = 0
     for index, start, stop in sorted(firsts):
         if done < index:
-            log.append(_copies(names, values, bodies, done, index))
+            log.append(_copies(names, values, kinds, table, done, index))
         log.extend(recorded[start - base : stop - base])
         done = index + 1
     if done < end:
-        log.append(_copies(names, values, bodies, done, end))
+        log.append(_copies(names, values, kinds, table, done, end))
 
 
 def _copies(
     names: Sequence[str],
     values: Sequence[KVCacheSpec],
-    bodies: Mapping[int, tuple[Body, ...]],
+    kinds: Mapping[int, int],
+    table: Sequence[tuple[Body, ...]],
     start: int,
     stop: int,
 ) -> LayerCopies:
-    """The decisions of layers ``start`` to ``stop`` (none of them a first layer), not made yet."""
-    return LayerCopies(names[start:stop], list(map(bodies.__getitem__, map(id, values[start:stop]))))
+    """The decisions of layers ``start`` to ``stop`` (none of them a first layer), not made yet:
+    ``kinds`` gives the index in ``table`` of each spec object's answer."""
+    which = array("I", map(kinds.__getitem__, map(id, values[start:stop])))
+    return LayerCopies(tuple(names[start:stop]), which, table)
 
 
 def _unified_layer_by_layer(
