@@ -16,6 +16,7 @@ from kvrules.errors import (
     KVRulesError,
     ModelFileError,
     PluginError,
+    SpecAnswerError,
     SpecError,
     UnificationError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "SinkFullAttentionSpec",
     "SlidingWindowMLASpec",
     "SlidingWindowSpec",
+    "SpecAnswerError",
     "SpecError",
     "UnificationError",
     "UniformTypeKVCacheSpecs",

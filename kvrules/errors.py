@@ -99,6 +99,19 @@ class PluginError(KVRulesError):
     """A plugin failed to load, broke a contract, or clashed with another plugin."""
 
 
+class SpecAnswerError(PluginError):
+    """A spec answered wrongly where built-in code used the answer (:mod:`kvrules.specs.asked`).
+
+    :ivar spec: the spec; :ivar problem: what it answered, as a sentence's predicate. The core
+    re-raises it as a :class:`PluginError` naming the spec type's plugin.
+    """
+
+    def __init__(self, spec: object, problem: str) -> None:
+        self.spec = spec
+        self.problem = problem
+        super().__init__(f"spec type {getattr(type(spec), 'type_name', type(spec).__name__)!r} {problem}")
+
+
 class ModelFileError(KVRulesError, ValueError):
     """A model file (or Hugging Face config) could not be read; names the file and the field."""
 
@@ -112,6 +125,7 @@ __all__ = [
     "KVRulesError",
     "ModelFileError",
     "PluginError",
+    "SpecAnswerError",
     "SpecError",
     "UnificationError",
     "fix_sentence",

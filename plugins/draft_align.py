@@ -47,6 +47,7 @@ from kvrules.plugin import (
     applies,
     cdiv,
     declines,
+    evolved,
     grouping_cost,
     ratio,
 )
@@ -210,7 +211,7 @@ class DraftAwareAlign(Aligner):
         out: dict[str, KVCacheSpec] = {}
         for name, spec in specs.items():
             if name in per_token:
-                spec = spec.evolve(block_size=blocks[per_token[name]], page_size_padded=None)
+                spec = evolved(spec, block_size=blocks[per_token[name]], page_size_padded=None)
             elif spec.page_format == "state":
                 changes: dict[str, int | None] = {}
                 if mamba_block is not None:
@@ -218,7 +219,7 @@ class DraftAwareAlign(Aligner):
                 if spec.real_page_size_bytes <= page:
                     changes["page_size_padded"] = page if spec.real_page_size_bytes < page else None
                 if changes:
-                    spec = spec.evolve(**changes)
+                    spec = evolved(spec, **changes)
             out[name] = spec
         return out
 

@@ -20,7 +20,7 @@ from kvrules import (
     hookimpl,
 )
 from kvrules.plan import BackingTensor, backing_tensors, tensors_of_backing
-from kvrules.plugin import Check, Layout, PlanContext, RuleRegistry, applies, declines
+from kvrules.plugin import Check, Layout, PlanContext, RuleRegistry, applies, blocks_of, declines, memory_of
 
 
 def _uniform_groups(groups: Sequence[KVCacheGroup]) -> list[UniformTypeKVCacheSpecs]:
@@ -56,7 +56,7 @@ class SharedPool(Layout):
         return max(len(g.layer_names) for g in groups) * self._page(groups)
 
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-        return self.block_bytes(groups) * sum(g.spec.blocks_per_request(config) for g in groups)
+        return self.block_bytes(groups) * sum(blocks_of(g.spec, config) for g in groups)
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         page = self._page(groups)
@@ -89,7 +89,7 @@ class PerLayer(Layout):
         return self._spec(groups).page_size_bytes
 
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-        return sum(s.max_memory_usage_bytes(config) for s in self._spec(groups).kv_cache_specs.values())
+        return sum(memory_of(s, config) for s in self._spec(groups).kv_cache_specs.values())
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         return tuple(
@@ -120,7 +120,7 @@ class Packed(Layout):
         specs = _uniform_groups(groups)
         tuples = max(s.num_layer_tuples() for s in specs)
         tuple_bytes = sum(specs[0].page_sizes())
-        pages = sum(s.blocks_per_request(config) for s in specs)
+        pages = sum(blocks_of(s, config) for s in specs)
         return tuples * pages * tuple_bytes
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
@@ -186,7 +186,7 @@ class BackingLayerOuter(Layout):
         return max((group_page_sum(g) for g in groups if g.layer_names), default=0)
 
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-        return self.block_bytes(groups) * sum(g.spec.blocks_per_request(config) for g in groups)
+        return self.block_bytes(groups) * sum(blocks_of(g.spec, config) for g in groups)
 
     def backing(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[BackingTensor, ...]:
         """The placement in vLLM 0.33's ``KVCacheTensor`` form."""

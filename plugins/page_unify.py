@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar, cast
 
 from kvrules import AttentionSpec, KVCacheSpec, MLAAttentionSpec, hookimpl
-from kvrules.plugin import Check, LayerStrategy, PlanContext, RuleRegistry, applies, declines
+from kvrules.plugin import Check, LayerStrategy, PlanContext, RuleRegistry, applies, declines, evolved
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class MambaPad(LayerStrategy):
         )
 
     def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return spec.evolve(page_size_padded=target)
+        return evolved(spec, page_size_padded=target)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class BlockScale(LayerStrategy):
 
     def _scaled(self, spec: KVCacheSpec, target: int) -> KVCacheSpec:
         ratio = target // spec.page_size_bytes
-        return spec.evolve(block_size=spec.block_size * ratio)
+        return evolved(spec, block_size=spec.block_size * ratio)
 
     def check(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> Check:
         page = spec.page_size_bytes
@@ -97,7 +97,7 @@ class StridePad(LayerStrategy):
         )
 
     def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return spec.evolve(page_size_padded=target)
+        return evolved(spec, page_size_padded=target)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class AttentionPad(LayerStrategy):
         )
 
     def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return spec.evolve(page_size_padded=target)
+        return evolved(spec, page_size_padded=target)
 
 
 @hookimpl

@@ -36,6 +36,7 @@ import pytest
 import kvrules
 from kvrules.hf import build_hf_model
 from kvrules.plugin import KVRulesPluginManager, get_plugin_manager
+from kvrules.plugin.ask import _late_spec_fault as late_spec_fault
 
 CFG = kvrules.EngineConfig(max_model_len=4096)
 MEMORY = 1 << 30
@@ -564,14 +565,10 @@ fault(
     hook_failed("test-faulty-spec", "spec_types"),
 )("SpecError: FullAttentionSpec.block_size=0 must be >= 1")
 fault(
-    "spec-type-P4-blocks-str-on-a-later-call-in-min-padding",
+    "spec-type-P4-blocks-str-on-a-later-call",
     ODD,
     plan("default", lambda: with_faulty_spec("blocks-later-str")),
-)(
-    "answered sanely when checked but, asked again, answers blocks_per_request = '3'; "
-    "it must be an int >= 0; rule 'min-padding' then raised TypeError in check: unsupported operand "
-    "type(s) for +: 'int' and 'str'"
-)
+)("answers blocks_per_request = '3'; it must be an int >= 0")
 fault("spec-type-P4-memory-negative", ODD, plan_spec("memory-negative"))(
     ANSWERS.format("max_memory_usage_bytes = -1; it must be an int >= 0")
 )
@@ -834,3 +831,12 @@ def test_blocking_a_faulty_spec_type_architecture_or_allocator_restores_the_base
     kvrules.allocate(made, "meta", plugin_manager=pm).verify()
     spec = get_plugin_manager(autoload=False, plugins=[ODD()], blocked=["test-faulty-spec"])
     assert "test_faulty_attention" not in spec.registries.spec_types.classes
+
+
+def test_a_spec_wrong_only_when_asked_again_is_found_among_a_rules_arguments() -> None:
+    """Where a rule used a spec's answer without the checked accessors and tripped on it, the
+    specs it was given are asked again: the one whose answers are now wrong is at fault."""
+    odd = with_faulty_spec("blocks-later-str")["odd.0"]
+    assert late_spec_fault(({"odd.0": odd}, CFG)) is None  # the first answer is sane
+    found = late_spec_fault(([kvrules.KVCacheGroup(("odd.0",), odd)], CFG))
+    assert found == (odd, "answers blocks_per_request = '3'; it must be an int >= 0")

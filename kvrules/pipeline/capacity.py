@@ -20,13 +20,14 @@ from kvrules.errors import CapacityError, Fix
 from kvrules.pipeline.layout import WorkerLayout
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.ask import Asker
+from kvrules.specs.asked import blocks_of
 
 GiB = 1 << 30
 
 
 def total_blocks_per_request(groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
     """Blocks one request of ``config.max_model_len`` needs, summed over ``groups``."""
-    return sum(g.spec.blocks_per_request(config) for g in groups)
+    return sum(blocks_of(g.spec, config) for g in groups)
 
 
 def max_concurrency(

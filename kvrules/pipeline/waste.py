@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from kvrules.config import EngineConfig
 from kvrules.plan import KVCacheGroup, WasteReport, WorkerWaste
+from kvrules.specs.asked import blocks_of
 
 
 def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: EngineConfig) -> WorkerWaste:
@@ -34,10 +35,10 @@ def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: Engin
         members = spec.members(group.layer_names).values() if spec.has_members else (spec,)
         weight = 1 if spec.has_members else len(group.layer_names)
         for member in members:
-            pages = member.blocks_per_request(config) * weight
+            pages = blocks_of(member, config) * weight
             real += pages * member.unpadded_page_size_bytes
             page_padding += pages * member.padding_bytes
-        allocated += spec.blocks_per_request(config) * block_bytes
+        allocated += blocks_of(spec, config) * block_bytes
     return WorkerWaste(block_bytes, allocated, real, page_padding, allocated - real - page_padding)
 
 

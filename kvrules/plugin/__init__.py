@@ -63,6 +63,7 @@ from kvrules.plugin.rules import (
     declines,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES
+from kvrules.specs.asked import blocks_of, evolved, memory_of
 from kvrules.specs.attention import quantized_head_dim
 from kvrules.specs.base import cdiv, distinct_specs, merged_spec, round_up
 
@@ -99,6 +100,10 @@ __all__ = [
     "ViewLayout",
     "cdiv",
     "round_up",
+    # a spec's answers checked where a rule uses them (kvrules.specs.asked)
+    "blocks_of",
+    "evolved",
+    "memory_of",
     "BUILTIN_PLUGINS",
     "DEFAULT_SET",
     "NAME_PATTERN",

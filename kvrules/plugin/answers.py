@@ -53,6 +53,7 @@ from kvrules.dtypes import DTYPE_SIZES
 from kvrules.errors import ConfigError
 from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin.rules import Check
+from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
 from kvrules.values import shown
 
@@ -81,13 +82,9 @@ def spec_problem(spec: KVCacheSpec, config: EngineConfig | None = None) -> str |
     problem = _sizes_problem(spec) or _identity_problem(spec)
     if problem or config is None:
         return problem
-    for label, value in (
-        ("max_memory_usage_bytes", spec.max_memory_usage_bytes(config)),
-        ("blocks_per_request", spec.blocks_per_request(config)),
-    ):
-        if not _is_int(value) or value < 0:
-            return f"answers {label} = {value!r}; it must be an int >= 0"
-    return None
+    return count_problem("max_memory_usage_bytes", spec.max_memory_usage_bytes(config)) or (
+        count_problem("blocks_per_request", spec.blocks_per_request(config)) or None
+    )
 
 
 def _sizes_problem(spec: KVCacheSpec) -> str | None:

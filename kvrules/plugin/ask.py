@@ -41,7 +41,7 @@ from typing import Any
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision, DecisionLog
-from kvrules.errors import KVRulesError, PluginError, SpecError
+from kvrules.errors import KVRulesError, PluginError, SpecAnswerError, SpecError
 from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin import answers
 from kvrules.plugin.allocator import Placement, ViewLayout
@@ -141,6 +141,8 @@ class Asker:
             raise self.fault(kind, obj, f"has no callable {method}()")
         try:
             answer = fn(*args)
+        except SpecAnswerError as error:  # a spec answered the rule wrongly: the spec's fault
+            raise self.fault("spec-type", error.spec, error.problem) from error
         except KVRulesError:
             raise
         except Exception as exc:
@@ -154,6 +156,8 @@ class Asker:
         """``obj.attribute`` (a property may run plugin code), guarded like :meth:`call`."""
         try:
             return getattr(obj, attribute)
+        except SpecAnswerError as error:
+            raise self.fault("spec-type", error.spec, error.problem) from error
         except KVRulesError:
             raise
         except Exception as exc:

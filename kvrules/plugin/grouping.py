@@ -36,6 +36,7 @@ from kvrules.config import EngineConfig
 from kvrules.errors import GroupingError
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.context import PlanContext
+from kvrules.specs.asked import blocks_of
 from kvrules.specs.base import KVCacheSpec, cdiv, distinct_specs
 
 #: one bucket of layers: the spec standing for them and their names, in layer order
@@ -240,7 +241,7 @@ def grouping_cost(
         )
     page = pages[0]
     width = max(len(g.layer_names) for g in live)
-    blocks = [g.spec.blocks_per_request(config) for g in live]
+    blocks = [blocks_of(g.spec, config) for g in live]
     total = sum(blocks)
     workers: tuple[AbstractSet[str], ...] = pool.workers or (frozenset(),)  # none known: one with every layer
     best: tuple[Fraction, int, list[int]] | None = None
