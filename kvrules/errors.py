@@ -111,6 +111,9 @@ class SpecAnswerError(PluginError):
         self.problem = problem
         super().__init__(f"spec type {getattr(type(spec), 'type_name', type(spec).__name__)!r} {problem}")
 
+    def __reduce__(self) -> tuple[type[SpecAnswerError], tuple[object, str]]:
+        return (type(self), (self.spec, self.problem))
+
 
 class ModelFileError(KVRulesError, ValueError):
     """A model file (or Hugging Face config) could not be read; names the file and the field."""
