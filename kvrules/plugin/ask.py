@@ -554,7 +554,11 @@ def _late_spec_fault(args: tuple[Any, ...]) -> tuple[KVCacheSpec, str] | None:
     config = next((a for a in args if isinstance(a, EngineConfig)), None) or next(
         (a.config for a in args if isinstance(getattr(a, "config", None), EngineConfig)), None
     )
-    for spec in _specs_among(args):
+    try:
+        specs = _specs_among(args)
+    except Exception:  # asking on behalf of a failure: a spec that cannot even say this is not it
+        return None
+    for spec in specs:
         try:
             problem = answers.spec_problem(spec, config)
         except KVRulesError:
