@@ -30,11 +30,7 @@ def blocks_of(spec: KVCacheSpec, config: EngineConfig) -> int:
 
     :raises SpecAnswerError: any other answer.
     """
-    value = spec.blocks_per_request(config)
-    problem = count_problem("blocks_per_request", value)
-    if problem:
-        raise SpecAnswerError(spec, problem)
-    return value
+    return _counted(spec, "blocks_per_request", spec.blocks_per_request(config))
 
 
 def memory_of(spec: KVCacheSpec, config: EngineConfig) -> int:
@@ -42,8 +38,11 @@ def memory_of(spec: KVCacheSpec, config: EngineConfig) -> int:
 
     :raises SpecAnswerError: any other answer.
     """
-    value = spec.max_memory_usage_bytes(config)
-    problem = count_problem("max_memory_usage_bytes", value)
+    return _counted(spec, "max_memory_usage_bytes", spec.max_memory_usage_bytes(config))
+
+
+def _counted(spec: KVCacheSpec, label: str, value: int) -> int:
+    problem = count_problem(label, value)
     if problem:
         raise SpecAnswerError(spec, problem)
     return value
