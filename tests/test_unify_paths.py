@@ -160,3 +160,18 @@ def test_the_grouped_path_is_taken_for_a_model_sharing_spec_objects(monkeypatch:
     specs = {f"l.{i}": [FULL, MAMBA][i % 2] for i in range(100)}
     PLANNERS["vllm"].plan(specs, GiB, EngineConfig(max_model_len=4096))
     assert calls == []
+
+
+@pytest.mark.parametrize("name", ["vllm", "default"])
+def test_a_plan_never_holds_the_callers_table(name: str) -> None:
+    """The plan's specs are a table of its own, whether unification made a new one (which the
+    plan then keeps without copying it) or left the caller's as it was."""
+    full = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="bfloat16")
+    wide = FullAttentionSpec(16, num_kv_heads=4, head_size=64, dtype="bfloat16")
+    uniform = {f"l.{i}": full for i in range(4)}
+    mixed = {f"l.{i}": [full, wide][i % 2] for i in range(4)}
+    for specs in (uniform, mixed):
+        before = dict(specs)
+        plan = PLANNERS[name].plan(specs, GiB, EngineConfig(max_model_len=4096))
+        assert plan.specs is not specs and specs == before
+        assert set(plan.specs) == set(specs)

@@ -53,9 +53,14 @@ class Grouping:
 
 
 def final_specs(
-    layer_specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroup]
+    layer_specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroup], *, owned: bool = False
 ) -> dict[str, KVCacheSpec]:
-    """Each layer's spec as planned: its own spec, or its member spec in a group with members."""
+    """Each layer's spec as planned: its own spec, or its member spec in a group with members.
+
+    ``owned``: ``layer_specs`` is a dict the pipeline made (no caller holds it), returned itself
+    when no group has members: a million-layer plan then keeps one table of every layer fewer."""
+    if owned and type(layer_specs) is dict and not any(g.spec.has_members for g in groups):
+        return layer_specs
     out = dict(layer_specs)
     for g in groups:
         if g.spec.has_members:
@@ -122,10 +127,11 @@ class Planner:
         kept, rest = partition(unified, ctx, ask)
         groups = kept + group(rest, ctx, ask)
         groups, resized = readd_hidden_states(hidden, groups, ask)
-        planned = (
-            unified if not hidden and len(unified) == len(converted) else {**converted, **unified, **resized}
-        )
-        return Grouping(router.name, tuple(groups), final_specs(planned, groups))
+        if not hidden and len(unified) == len(converted):
+            planned, owned = unified, unified is not others  # unification made a new table
+        else:
+            planned, owned = {**converted, **unified, **resized}, True
+        return Grouping(router.name, tuple(groups), final_specs(planned, groups, owned=owned))
 
     def plan(
         self, specs: SpecsInput, available_memory: MemoryInput, config: EngineConfig | None = None
