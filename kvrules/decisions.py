@@ -292,22 +292,28 @@ Entry = Decision | LayerCopies
 
 class DeferredDecisions:
     """A finished log's decisions, made into :class:`Decision` objects only when read
-    (:meth:`made`); :class:`~kvrules.plan.Plan` holds one until ``plan.decisions`` is first read.
+    (:meth:`made`, once: the tuple is kept); :class:`~kvrules.plan.Plan` holds one, so that its
+    JSON is written from the columns (:meth:`runs`) whether or not ``plan.decisions`` was read.
     Pickles as the tuple of decisions."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_made")
 
     def __init__(self, entries: Sequence[Entry]) -> None:
         self._entries = tuple(entries)
+        self._made: tuple[Decision, ...] | None = None
 
     def __len__(self) -> int:
+        if self._made is not None:
+            return len(self._made)
         return sum(len(e) if isinstance(e, LayerCopies) else 1 for e in self._entries)
 
     def made(self) -> tuple[Decision, ...]:
-        """Every decision, in order."""
-        return tuple(
-            chain.from_iterable(e.made() if isinstance(e, LayerCopies) else (e,) for e in self._entries)
-        )
+        """Every decision, in order; the same tuple on every call."""
+        if self._made is None:
+            self._made = tuple(
+                chain.from_iterable(e.made() if isinstance(e, LayerCopies) else (e,) for e in self._entries)
+            )
+        return self._made
 
     def runs(self) -> Iterator[Run]:
         """The decisions in order, as columns (:data:`Run`), without making the copies."""

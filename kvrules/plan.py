@@ -482,15 +482,16 @@ class Plan:
 class _MadeOnRead:
     """:attr:`Plan.decisions`: the tuple given to the constructor, or, for a plan the pipeline
     built (:func:`with_deferred_decisions`), its log's records, made into that tuple when first
-    read and kept. Planning a million layers then makes no million records the garbage collector
-    walks meanwhile; reading ``plan.decisions`` makes them once."""
+    read and kept (beside the columns, which :meth:`Plan.to_json` keeps writing from). Planning
+    a million layers then makes no million records the garbage collector walks meanwhile;
+    reading ``plan.decisions`` makes them once."""
 
     def __get__(self, plan: Plan | None, owner: type | None = None) -> tuple[Decision, ...]:
         if plan is None:
             raise AttributeError("decisions")  # for dataclasses: the field has no default
         stored = plan.__dict__["decisions"]
         if type(stored) is DeferredDecisions:
-            stored = plan.__dict__["decisions"] = stored.made()
+            return stored.made()  # kept beside the columns the JSON is written from
         return stored  # type: ignore[no-any-return]
 
     def __set__(self, plan: Plan, value: tuple[Decision, ...] | DeferredDecisions) -> None:
@@ -849,15 +850,21 @@ class _JSONText:
             text = self.keys[name] = _string(name) + self.colon
         return text
 
+    def separator(self, depth: int) -> str:
+        """What comes before each item of a container whose items are at ``depth`` (the first
+        item's loses its comma: :meth:`container`)."""
+        return "," + self.newline(depth)
+
     def container(self, brackets: str, items: Iterable[tuple[str, ...]], depth: int) -> Iterable[str]:
         """The tokens of an array (``"[]"``) or object (``"{}"``) at ``depth`` whose items are
-        ``items``, each given as the tuple of its tokens (an object's item with its key), and
-        separated without a Python call per item."""
-        inner = self.newline(depth + 1)
-        tokens = chain.from_iterable(map(operator.add, repeat(("," + inner,)), items))
-        if next(tokens, None) is None:  # the first item's separator, or nothing: no items
+        ``items``, each given as the tuple of its tokens (an object's item with its key), the
+        first token starting with :meth:`separator`; no Python call is made per item."""
+        rest = iter(items)
+        first = next(rest, None)
+        if first is None:
             return (brackets,)
-        return chain((brackets[0] + inner,), tokens, (self.newline(depth) + brackets[1],))
+        head = brackets[0] + first[0][1:]  # the first item's separator without its comma
+        return chain((head,), first[1:], chain.from_iterable(rest), (self.newline(depth) + brackets[1],))
 
     def whole(self, brackets: str, items: Iterable[str], depth: int) -> str:
         """:meth:`container` as one string (for small containers)."""
@@ -882,13 +889,15 @@ class _JSONText:
     # -- the plan's parts ---------------------------------------------------------------
     def tokens(self, plan: Plan) -> Iterator[str]:
         """The whole document as tokens (strings whose concatenation it is), in the key order
-        of :meth:`Plan.to_dict`."""
+        of :meth:`Plan.to_dict`; one chain of the sections' iterators, so that no Python frame
+        is resumed per token (a large plan has about ten tokens per layer)."""
+        parts: list[Iterable[str]] = []
         lead = "{" + self.newline(1)
         for name, tokens in self.sections(plan):
-            yield lead + self.key(name)
-            yield from tokens
+            parts += ((lead + self.key(name),), tokens)
             lead = "," + self.newline(1)
-        yield self.newline(0) + "}"
+        parts.append((self.newline(0) + "}",))
+        return chain.from_iterable(parts)
 
     def pieces(self, plan: Plan) -> Iterator[str]:
         """:meth:`tokens` joined into pieces of :data:`_BATCH` tokens."""
@@ -913,8 +922,9 @@ class _JSONText:
             yield name, (self.value(value, 1),)
         yield "specs", self.container("{}", self.per_layer(plan.specs, self.specs), 1)
         yield "spec_sizes", self.container("{}", self.per_layer(plan.specs, self.sizes), 1)
-        yield "groups", self.container("[]", zip(map(self.group, plan.groups)), 1)
-        yield "workers", self.container("[]", zip(map(self.worker, plan.workers)), 1)
+        sep = self.separator(2)
+        yield "groups", self.container("[]", ((sep + self.group(g),) for g in plan.groups), 1)
+        yield "workers", self.container("[]", ((sep + self.worker(w),) for w in plan.workers), 1)
         yield "waste", (self.value(plan.waste.to_dict() if plan.waste is not None else None, 1),)
         yield (
             "decisions",
@@ -988,21 +998,24 @@ class _JSONText:
     def per_layer(
         self, specs: Mapping[str, KVCacheSpec], text: Callable[[KVCacheSpec], str]
     ) -> Iterator[tuple[str, str]]:
-        """``('"layer":', text(spec))`` for each layer of ``specs``, ``text`` asked once per
-        spec object (layers share a few) and the rest done without a Python call per layer."""
+        """``(separator + '"layer":', text(spec))`` for each layer of ``specs``, ``text`` asked
+        once per spec object (layers share a few) and the rest done without a Python call per
+        layer."""
         values = list(specs.values())
         texts = {key: text(spec) for key, spec in dict(zip(map(id, values), values, strict=True)).items()}
         if self.layer_keys[0] is not specs:  # the sections of one mapping share its keys' text
-            self.layer_keys = (specs, list(map(operator.add, map(_string, specs), repeat(self.colon))))
+            keys = map(operator.add, repeat(self.separator(2)), map(_string, specs))
+            self.layer_keys = (specs, list(map(operator.add, keys, repeat(self.colon))))
         return zip(self.layer_keys[1], map(texts.__getitem__, map(id, values)), strict=True)
 
     def decisions(self, run: Run) -> Iterator[tuple[str, str, str]]:
         """The entries of ``decisions`` (depth 2) for one run of decisions in columns, each as
-        its head, its layer name and its tail; each body of the run is encoded once
-        (:meth:`parts`), the rest done without a Python call per decision."""
+        its head (with the separator), its layer name and its tail; each body of the run is
+        encoded once (:meth:`parts`), the rest done without a Python call per decision."""
         layers, kinds, bodies, named = run
         parts = [("", "") if body is None else self.parts(body) for body in bodies]
-        heads, tails = [p[0] for p in parts], [p[1] for p in parts]
+        sep = self.separator(2)
+        heads, tails = [sep + p[0] for p in parts], [p[1] for p in parts]
         names: Iterator[str] = (
             map(_string, cast("Sequence[str]", layers))
             if named

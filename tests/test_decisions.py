@@ -131,6 +131,8 @@ def test_a_plans_decisions_are_made_when_first_read() -> None:
     assert plan.__dict__["decisions"] is stored  # writing the JSON made no records
     made = plan.decisions
     assert type(made) is tuple and plan.decisions is made and len(made) == len(stored)
+    assert plan.__dict__["decisions"] is stored and stored.made() is made  # columns kept
+    assert plan.to_json() == text  # written from the columns again, read or not
     with capture_logs():  # someone listens: every record is made and emitted at once
         listened = Planner("vllm").plan(specs, 1 << 30, CFG)
     assert type(listened.__dict__["decisions"]) is DeferredDecisions
