@@ -41,6 +41,7 @@ from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec, resolve_strategies
 from kvrules.plugin.registry import Registries
 from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.table import ReplacedSpecs, as_dict
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,15 @@ class Grouping:
 
 def final_specs(
     layer_specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroup], *, owned: bool = False
-) -> dict[str, KVCacheSpec]:
+) -> Mapping[str, KVCacheSpec]:
     """Each layer's spec as planned: its own spec, or its member spec in a group with members.
 
-    ``owned``: ``layer_specs`` is a dict the pipeline made (no caller holds it), returned itself
-    when no group has members: a million-layer plan then keeps one table of every layer fewer."""
-    if owned and type(layer_specs) is dict and not any(g.spec.has_members for g in groups):
+    ``owned``: ``layer_specs`` is a table the pipeline made (no caller holds it), returned
+    itself when no group has members: a million-layer plan then keeps one table of every layer
+    fewer."""
+    if owned and type(layer_specs) in (dict, ReplacedSpecs) and not any(g.spec.has_members for g in groups):
         return layer_specs
-    out = dict(layer_specs)
+    out = as_dict(layer_specs)
     for g in groups:
         if g.spec.has_members:
             out.update(g.spec.members(g.layer_names))
@@ -130,7 +132,10 @@ class Planner:
         if not hidden and len(unified) == len(converted):
             planned, owned = unified, unified is not others  # unification made a new table
         else:
-            planned, owned = {**converted, **unified, **resized}, True
+            merged = as_dict(converted)
+            merged.update(zip(unified.keys(), unified.values(), strict=True))
+            merged.update(resized)
+            planned, owned = merged, True
         return Grouping(router.name, tuple(groups), final_specs(planned, groups, owned=owned))
 
     def plan(

@@ -20,6 +20,7 @@ from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.rules import Rule
 from kvrules.specs.base import KVCacheSpec, distinct_specs
+from kvrules.specs.table import ReplacedSpecs
 
 DISPATCHER = "dispatcher"
 
@@ -108,7 +109,7 @@ def _unified(
     rules: Sequence[Rule],
     ctx: PlanContext,
     ask: Asker,
-) -> dict[str, KVCacheSpec]:
+) -> Mapping[str, KVCacheSpec]:
     """:func:`_unified_layer_by_layer`'s result and decision log, without a Python call per
     layer: the rules are asked at the first layer of each ``distinct`` spec (in layer order, equal
     specs sharing the answer), then every other layer's copies of its spec's decisions are made
@@ -140,9 +141,9 @@ def _unified(
         answers[id(spec)] = answer
         new[id(spec)] = spec if answer is None else answer[0]
     _interleave(log, base, firsts, names, values, answers, len(names))
-    out = dict(specs)  # a copy, then new values for the same keys: cheaper than a new table
-    out.update(zip(names, map(new.__getitem__, map(id, values)), strict=True))
-    return out
+    # a copy of the table (cheap: no hashing), read through the few replaced spec objects
+    replaced = {key: spec for key, spec in new.items() if answers[key] is not None}
+    return ReplacedSpecs(dict(specs), replaced)
 
 
 def _interleave(

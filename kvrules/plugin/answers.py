@@ -55,6 +55,7 @@ from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin.rules import Check
 from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
+from kvrules.specs.table import ReplacedSpecs, as_dict
 from kvrules.values import shown
 
 
@@ -213,9 +214,11 @@ def _split_by_spec(groups: object, specs: Mapping[str, KVCacheSpec]) -> bool:
     by_id = {id(g.spec): g.spec for g in groups}
     for key, split in rows.items():
         held = list(filter(None, chain.from_iterable(zip_longest(*split))))  # names are never empty
-        if held != list(compress(names, map(is_, values, repeat(by_id[key])))):
+        expected = list(compress(names, map(is_, values, repeat(by_id[key]))))
+        if held != expected:
             return False
-        if not set(map(type, held)) <= {str}:
+        # the very names of ``specs`` are strings; only others are looked at (each a cache miss)
+        if not all(map(is_, held, expected)) and not set(map(type, held)) <= {str}:
             return False
     return True
 
@@ -226,14 +229,19 @@ _FEW_GROUP_SPECS = 8
 
 def partition_problem(
     groups: object, remaining: Mapping[str, KVCacheSpec], specs: Mapping[str, KVCacheSpec]
-) -> tuple[str | None, dict[str, KVCacheSpec]]:
+) -> tuple[str | None, Mapping[str, KVCacheSpec]]:
     """A partitioner's groups and remaining specs: the groups as :func:`groups_problem` checks
     them (layers may be left out), and the remaining specs exactly the layers no group holds,
     each with its given spec object. Returns the problem (``None`` if none) and those layers in
     ``specs``' order."""
+    if not remaining and _split_by_spec(groups, specs):
+        return None, {}
     problem, left = _unplaced(groups, specs)
     if problem is not None:
         return problem, {}
+    if len(left) == len(remaining) and list(left) == list(remaining):  # in order: compare at C speed
+        if all(map(is_, left.values(), remaining.values())):
+            return None, left
     wrong = next((n for n, s in remaining.items() if left.get(n) is not s), None)
     if wrong is not None:
         return f"left layer {wrong!r} in both its groups and the remaining specs, or changed it", {}
@@ -243,21 +251,27 @@ def partition_problem(
     return None, left
 
 
-def _unplaced(groups: object, specs: Mapping[str, KVCacheSpec]) -> tuple[str | None, dict[str, KVCacheSpec]]:
+def _unplaced(
+    groups: object, specs: Mapping[str, KVCacheSpec]
+) -> tuple[str | None, Mapping[str, KVCacheSpec]]:
     """The first problem of ``groups`` over ``specs`` (every layer at most once, none unknown,
     pooled pages equal) and the layers no group holds, in ``specs``' order.
 
     One pass over the groups' layers: each is popped from a copy of ``specs``, so an unknown or
     repeated layer fails its pop and what stays in the copy is in no group (copying a dict costs
-    about what reading it does; building a table of every layer would cost more)."""
+    about what reading it does; building a table of every layer would cost more). Of a
+    :class:`ReplacedSpecs`, the table it was given is copied, read through its replacements."""
     if not isinstance(groups, (list, tuple)):
         return f"returned {type(groups).__name__}, not a list of KVCacheGroup", {}
-    left = dict(specs)
+    if type(specs) is ReplacedSpecs:
+        left, replaced = specs.copy_given(), specs.replaced
+    else:
+        left, replaced = as_dict(specs), None
     for index, group in enumerate(groups):
-        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left)
+        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left, replaced)
         if problem:
             return problem, {}
-    return None, left
+    return None, left if type(specs) is not ReplacedSpecs else specs.over(left)
 
 
 def _group_problem(index: int, group: object) -> str | None:
@@ -285,10 +299,11 @@ def _layers_problem(
     groups: Sequence[KVCacheGroup],
     specs: Mapping[str, KVCacheSpec],
     remaining: dict[str, KVCacheSpec],
+    replaced: Callable[[KVCacheSpec], KVCacheSpec] | None = None,
 ) -> str | None:
     """Group ``index``'s layers: known and in no earlier group (each is popped from
-    ``remaining``), and, when pooled, of the group's page. The layer at fault is looked for
-    only once a pop fails or a page differs."""
+    ``remaining``, whose specs read as ``replaced(spec)`` when given), and, when pooled, of the
+    group's page. The layer at fault is looked for only once a pop fails or a page differs."""
     group = groups[index]
     names = group.layer_names
     try:
@@ -301,7 +316,8 @@ def _layers_problem(
         return None
     page = group.spec.page_size_bytes
     distinct = dict(zip(map(id, layer_specs), layer_specs, strict=True))  # few: layers share specs
-    if all(spec.page_size_bytes == page for spec in distinct.values()):
+    read = distinct.values() if replaced is None else map(replaced, distinct.values())
+    if all(spec.page_size_bytes == page for spec in read):
         return None
     odd = next(n for n in names if specs[n].page_size_bytes != page)
     return (

@@ -270,7 +270,7 @@ class Asker:
         :raises PluginError: naming ``obj`` when a spec it made answers like no valid spec
             (a spec type's own code raising is blamed on that spec type's plugin).
         """
-        known = set(map(id, given.values()))
+        known = set(map(id, distinct_specs(given.values())))
         if isinstance(made, Mapping) and known.issuperset(map(id, made.values())):
             return  # every spec object was given (checked before): no per-layer loop
         seen: set[KVCacheSpec] = set()
@@ -374,7 +374,7 @@ class Asker:
     # -- partitioners and groupers ----------------------------------------------------------------
     def partition(
         self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any
-    ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
+    ) -> tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec]]:
         """A partitioner's groups and the specs it leaves: together, every layer once."""
         before = snapshot(specs)
         answer = self.watched(before, rule, "partition", self.frozen(specs), ctx)
@@ -599,8 +599,7 @@ def _name(kind: str, obj: Any) -> str:
 
 def snapshot(specs: Mapping[str, Any]) -> dict[int, tuple[Any, tuple[Any, ...]]]:
     """Field values of every distinct spec object in ``specs`` (to catch a plugin mutating them)."""
-    distinct = dict(zip(map(id, specs.values()), specs.values(), strict=True))  # C-level: few distinct
-    return {key: (spec, spec.field_values()) for key, spec in distinct.items()}
+    return {id(spec): (spec, spec.field_values()) for spec in distinct_specs(specs.values())}
 
 
 def changed_in_place(before: Mapping[int, tuple[Any, tuple[Any, ...]]]) -> str | None:
