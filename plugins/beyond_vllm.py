@@ -19,7 +19,7 @@ sizes: :mod:`kvrules.plugin.grouping`. The aligner ``draft-aware-align`` is the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import compress, repeat
@@ -118,6 +118,9 @@ class MinPadding(Grouper):
         _check_limits(self.name, self.max_groups)
 
     def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
+        return _searched_once(self.name, specs, ctx, self._search)
+
+    def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         blocker = shared_pool_blocker(specs)
         if blocker:
             return blocker + "."
@@ -170,12 +173,7 @@ class SpeculatorGroup(Partitioner):
         _check_limits(self.name, self.max_groups, self.max_capacity_loss)
 
     def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
-        # check() and partition() ask about the same specs in one plan: search once
-        key = (self.name, id(specs), len(specs))
-        cached = ctx.cache.get(key)
-        if cached is None:
-            cached = ctx.cache[key] = self._search(specs, ctx)
-        return cast("_Choice | str", cached)
+        return _searched_once(self.name, specs, ctx, self._search)
 
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         marks = draft_marks(specs, ctx)
@@ -224,6 +222,22 @@ class SpeculatorGroup(Partitioner):
             ctx, self.name, f"draft layers in {draft_groups} group(s) of their own; ", self.max_groups
         )
         return list(choice.chosen.groups), {}
+
+
+def _searched_once(
+    rule: str,
+    specs: Mapping[str, KVCacheSpec],
+    ctx: PlanContext,
+    search: Callable[[Mapping[str, KVCacheSpec], PlanContext], _Choice | str],
+) -> _Choice | str:
+    """``search(specs, ctx)``, run once per plan for the same ``specs`` object: the guard and
+    the action of a rule are given one read-only view, so they agree on one search (its cost
+    figures asked of the specs once) and the work is not done twice."""
+    key = (rule, id(specs), len(specs))
+    cached = ctx.cache.get(key)
+    if cached is None:
+        cached = ctx.cache[key] = search(specs, ctx)
+    return cast("_Choice | str", cached)
 
 
 def draft_marks(specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[bool]:
