@@ -17,9 +17,11 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from importlib import resources
-from itertools import chain, islice, repeat
+from itertools import chain, islice, repeat, zip_longest
 from json.encoder import encode_basestring_ascii as _string
+from operator import is_not
 from typing import Any, cast
 
 from kvrules.config import EngineConfig
@@ -191,6 +193,15 @@ def spec_runs(group: KVCacheGroup) -> list[tuple[KVCacheSpec, tuple[str, ...]]]:
     for name in group.layer_names:
         runs.setdefault(members[name], []).append(name)
     return [(spec, tuple(names)) for spec, names in runs.items()]
+
+
+def interleaved(rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The first item of every row, then the second of every row that has one, and so on: a
+    shared pool's tensors hold its groups' layers so, tensor ``i`` the ``i``-th of each group."""
+    if len(set(map(len, rows))) <= 1:
+        return list(chain.from_iterable(zip(*rows, strict=True)))
+    fill = object()  # pads the short rows; dropped by identity (no item is looked at)
+    return list(filter(partial(is_not, fill), chain.from_iterable(zip_longest(*rows, fillvalue=fill))))
 
 
 def backing_tensors(

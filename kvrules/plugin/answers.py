@@ -42,16 +42,17 @@ type's fault (the asker reports it so).
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress, repeat, zip_longest
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 from typing import Any, cast
 
 from kvrules.config import EngineConfig, check_settings
 from kvrules.dtypes import DTYPE_SIZES
 from kvrules.errors import ConfigError
-from kvrules.plan import KVCacheGroup, KVCacheTensor
+from kvrules.plan import KVCacheGroup, KVCacheTensor, interleaved
 from kvrules.plugin.rules import Check
 from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
@@ -213,12 +214,8 @@ def _split_by_spec(groups: object, specs: Mapping[str, KVCacheSpec]) -> bool:
     names, values = list(specs), list(specs.values())
     by_id = {id(g.spec): g.spec for g in groups}
     for key, split in rows.items():
-        held = list(filter(None, chain.from_iterable(zip_longest(*split))))  # names are never empty
         expected = list(compress(names, map(is_, values, repeat(by_id[key]))))
-        if held != expected:
-            return False
-        # the very names of ``specs`` are strings; only others are looked at (each a cache miss)
-        if not all(map(is_, held, expected)) and not set(map(type, held)) <= {str}:
+        if not _same_names(interleaved(split), expected):
             return False
     return True
 
@@ -382,6 +379,24 @@ def _tensor_problem(index: int, tensor: object) -> str | None:
     return None
 
 
+def _plain_fields(tensors: Sequence[object]) -> tuple[list[int], list[int], list[int]] | None:
+    """The sizes, offsets and block strides of ``tensors`` when every one is a
+    :class:`KVCacheTensor` whose ``shared_by`` is a tuple or list and whose three are
+    non-negative ints (what :func:`_tensor_problem` accepts), found without a Python call per
+    tensor; else ``None``."""
+    if set(map(type, tensors)) != {KVCacheTensor}:
+        return None
+    tensors = cast("Sequence[KVCacheTensor]", tensors)
+    if not set(map(type, map(attrgetter("shared_by"), tensors))) <= {tuple, list}:
+        return None
+    sizes, offsets, strides = (list(map(attrgetter(f), tensors)) for f in ("size", "offset", "block_stride"))
+    if not set(map(type, chain(sizes, offsets, strides))) <= {int}:
+        return None
+    if min(chain(sizes, offsets, strides)) < 0:
+        return None
+    return sizes, offsets, strides
+
+
 def _size_problem(index: int, tensor: KVCacheTensor, widest_page: int, num_blocks: int) -> str | None:
     """Tensor ``index`` holds ``num_blocks`` blocks of its widest layer page (or of its block stride)."""
     per_block = tensor.block_stride if tensor.block_stride > 0 else widest_page
@@ -400,16 +415,21 @@ def _in_group_order(tensors: Sequence[KVCacheTensor], groups: Sequence[KVCacheGr
     tensor and no other layer is in any, as the groups were checked when they were made; found
     by comparing two lists in order, where a table of a million layers would be probed at
     random a million times."""
-    rows = [g.layer_names for g in groups]
-    if len(set(map(len, rows))) <= 1:
-        expected = list(chain.from_iterable(zip(*rows, strict=True)))
-    else:  # layer names are never empty: filter(None) drops only the fill
-        expected = list(filter(None, chain.from_iterable(zip_longest(*rows))))
+    expected = interleaved([g.layer_names for g in groups])
     try:
         placed = list(chain.from_iterable(map(attrgetter("shared_by"), tensors)))
     except TypeError:  # a shared_by that is not a sequence: the general check names it
         return False
-    return len(placed) == len(expected) and set(map(type, placed)) <= {str} and placed == expected
+    return _same_names(placed, expected)
+
+
+def _same_names(given: list[object], names: list[str]) -> bool:
+    """Whether ``given`` (from a plugin) is the list of layer names ``names``: the very name
+    objects, compared without touching them (at a million layers each look at a string is a
+    cache miss), else strings equal to them (types first: a plugin's object may compare oddly)."""
+    if len(given) != len(names):
+        return False
+    return all(map(is_, given, names)) or (set(map(type, given)) <= {str} and given == names)
 
 
 def _widest_pages(
@@ -507,13 +527,24 @@ def tensors_problem(
     makes the check cheaper, not different)."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
-    for index, tensor in enumerate(tensors):
-        problem = _tensor_problem(index, tensor)
-        if problem:
-            return problem
+    fields = _plain_fields(tensors)
+    if fields is None:  # some tensor is not plain: find the first at fault
+        for index, tensor in enumerate(tensors):
+            problem = _tensor_problem(index, tensor)
+            if problem:
+                return problem
     widest = _widest_pages(tensors, groups, layers)
     if isinstance(widest, str):
         return widest
+    if fields is not None and not any(fields[2]):  # no packed tensor: one page per block each
+        sizes = fields[0]
+        if all(map(operator.ge, sizes, map(operator.mul, widest, repeat(num_blocks)))):
+            total = sum(sizes)
+            return (
+                None
+                if total <= memory
+                else f"laid out {total} bytes of tensors on a worker with {memory} bytes"
+            )
     packed = total = 0
     for index, tensor in enumerate(tensors):
         problem = _size_problem(index, tensor, widest[index], num_blocks)
