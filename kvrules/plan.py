@@ -21,7 +21,7 @@ from functools import partial
 from importlib import resources
 from itertools import chain, islice, repeat, zip_longest
 from json.encoder import encode_basestring_ascii as _string
-from operator import is_not
+from operator import attrgetter, is_not, itemgetter
 from typing import Any, cast
 
 from kvrules.config import EngineConfig
@@ -966,7 +966,8 @@ class _JSONText:
         groups = (self.names(g.layer_names, 4) for g in worker.groups)
         fields = [self.key(k) + self.value(v, 3) for k, v in head.items()]
         fields.append(self.key("groups") + self.whole("[]", groups, 3))
-        fields.append(self.key("tensors") + self.whole("[]", map(self.tensor, worker.tensors), 3))
+        tensors = self.tensors(worker.tensors) if self.indent is None else map(self.tensor, worker.tensors)
+        fields.append(self.key("tensors") + self.whole("[]", tensors, 3))
         if worker.backing:
             fields.append(self.key("backing") + self.whole("[]", map(self.backing, worker.backing), 3))
         return self.whole("{}", fields, 2)
@@ -983,21 +984,33 @@ class _JSONText:
         ]
         return self.whole("{}", fields, 4)
 
-    def tensor(self, tensor: KVCacheTensor) -> str:
-        """One tensor of a worker (depth 4); compact text in one expression (a worker of a large
-        model has a tensor per few layers)."""
-        if self.indent is None:
-            return (
-                '{"size":'
-                + _int(tensor.size)
-                + ',"shared_by":'
-                + ("[" + ",".join(map(_string, tensor.shared_by)) + "]")
-                + ',"offset":'
-                + _int(tensor.offset)
-                + ',"block_stride":'
-                + _int(tensor.block_stride)
-                + "}"
+    def tensors(self, tensors: Sequence[KVCacheTensor]) -> list[str]:
+        """A worker's tensors in compact text (a worker of a large model has a tensor per few
+        layers): the text around each one's layer names written once per distinct size, offset
+        and stride, the rest put together without a Python call per tensor."""
+        figures = list(
+            zip(
+                map(attrgetter("size"), tensors),
+                map(attrgetter("offset"), tensors),
+                map(attrgetter("block_stride"), tensors),
+                strict=True,
             )
+        )
+        around = {
+            key: (
+                '{"size":' + _int(key[0]) + ',"shared_by":[',
+                '],"offset":' + _int(key[1]) + ',"block_stride":' + _int(key[2]) + "}",
+            )
+            for key in dict.fromkeys(figures)
+        }
+        parts = list(map(around.__getitem__, figures))
+        names = map(",".join, map(map, repeat(_string), map(attrgetter("shared_by"), tensors)))
+        return list(
+            map(operator.add, map(operator.add, map(itemgetter(0), parts), names), map(itemgetter(1), parts))
+        )
+
+    def tensor(self, tensor: KVCacheTensor) -> str:
+        """One tensor of a worker in indented text (depth 4)."""
         fields = [
             self.key("size") + _int(tensor.size),
             self.key("shared_by") + self.names(tensor.shared_by, 5),
