@@ -536,28 +536,33 @@ def tensors_problem(
     widest = _widest_pages(tensors, groups, layers)
     if isinstance(widest, str):
         return widest
-    if fields is not None and not any(fields[2]):  # no packed tensor: one page per block each
-        sizes = fields[0]
-        if all(map(operator.ge, sizes, map(operator.mul, widest, repeat(num_blocks)))):
-            total = sum(sizes)
-            return (
-                None
-                if total <= memory
-                else f"laid out {total} bytes of tensors on a worker with {memory} bytes"
-            )
-    packed = total = 0
-    for index, tensor in enumerate(tensors):
-        problem = _size_problem(index, tensor, widest[index], num_blocks)
-        if problem:
-            return problem
-        if tensor.block_stride > 0:
-            packed = max(packed, tensor.size)
-        else:
-            total += tensor.size
-    total += packed
+    total = _plain_bytes(fields, widest, num_blocks) if fields is not None else None
+    if total is None:  # a packed tensor, or one too small: tensor by tensor, naming the first
+        packed = total = 0
+        for index, tensor in enumerate(tensors):
+            problem = _size_problem(index, tensor, widest[index], num_blocks)
+            if problem:
+                return problem
+            if tensor.block_stride > 0:
+                packed = max(packed, tensor.size)
+            else:
+                total += tensor.size
+        total += packed
     if total > memory:
         return f"laid out {total} bytes of tensors on a worker with {memory} bytes"
     return None
+
+
+def _plain_bytes(
+    fields: tuple[list[int], list[int], list[int]], widest: Sequence[int], num_blocks: int
+) -> int | None:
+    """The bytes of tensors (their :func:`_plain_fields`) none of which is packed and each of
+    which holds ``num_blocks`` blocks of its widest page, found without a call per tensor; else
+    ``None``."""
+    sizes, _, strides = fields
+    if any(strides) or not all(map(operator.ge, sizes, map(operator.mul, widest, repeat(num_blocks)))):
+        return None
+    return sum(sizes)
 
 
 def architecture_problem(specs: object) -> str | None:
