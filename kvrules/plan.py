@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -836,7 +835,7 @@ class _JSONText:
         self.indent = indent
         self.colon = ":" if indent is None else ": "
         self.keys: dict[str, str] = {}  # the few keys of the document's objects, with their colon
-        self.layer_keys: tuple[object, list[str]] = (None, [])  # a mapping, its keys' text with colons
+        self.plain_keys: tuple[object, bool] = (None, False)  # a mapping, whether its keys are plain
         self.arrays: dict[int, tuple[Sequence[str], str]] = {}  # by id: a tuple of names, its text
         self.specs = _Memo(lambda spec: self.value(spec.to_dict(), 2))
         self.sizes = _Memo(lambda spec: self.value(page_sizes(spec), 2))
@@ -894,7 +893,8 @@ class _JSONText:
             return self.whole("[]", map(_string, names), depth)
         known = self.arrays.get(id(names))
         if known is None or known[0] is not names:
-            known = self.arrays[id(names)] = (names, "[" + ",".join(map(_string, names)) + "]")
+            text = '["' + '","'.join(names) + '"]' if names and _plain(names) else None
+            known = self.arrays[id(names)] = (names, text or "[" + ",".join(map(_string, names)) + "]")
         return known[1]
 
     # -- the plan's parts ---------------------------------------------------------------
@@ -933,9 +933,9 @@ class _JSONText:
             yield name, (self.value(value, 1),)
         yield "specs", self.container("{}", self.per_layer(plan.specs, self.specs), 1)
         yield "spec_sizes", self.container("{}", self.per_layer(plan.specs, self.sizes), 1)
-        sep = self.separator(2)
-        yield "groups", self.container("[]", ((sep + self.group(g),) for g in plan.groups), 1)
-        yield "workers", self.container("[]", ((sep + self.worker(w),) for w in plan.workers), 1)
+        sep = (self.separator(2),)
+        yield "groups", self.container("[]", (sep + self.group(g) for g in plan.groups), 1)
+        yield "workers", self.container("[]", (sep + self.worker(w) for w in plan.workers), 1)
         yield "waste", (self.value(plan.waste.to_dict() if plan.waste is not None else None, 1),)
         yield (
             "decisions",
@@ -944,17 +944,21 @@ class _JSONText:
         if plan.extra:
             yield "extra", (self.value(dict(plan.extra), 1),)
 
-    def group(self, group: KVCacheGroup) -> str:
-        """One entry of ``groups`` (depth 2)."""
+    def group(self, group: KVCacheGroup) -> tuple[str, ...]:
+        """One entry of ``groups`` (depth 2), as tokens (its layer names' text is one token,
+        shared with the worker's ``groups``)."""
         fields = [
-            self.key("layer_names") + self.names(group.layer_names, 3),
             self.key("spec") + self.group_specs(group.spec),
             self.key("is_eagle_group") + ("true" if group.is_eagle_group else "false"),
         ]
         fields += [self.key(k) + _int(v) for k, v in page_sizes(group.spec).items()]
-        return self.whole("{}", fields, 2)
+        if self.indent is not None:
+            return (
+                self.whole("{}", [self.key("layer_names") + self.names(group.layer_names, 3), *fields], 2),
+            )
+        return ("{" + self.key("layer_names"), self.names(group.layer_names, 3), "," + ",".join(fields) + "}")
 
-    def worker(self, worker: WorkerPlan) -> str:
+    def worker(self, worker: WorkerPlan) -> tuple[str, ...]:
         """One entry of ``workers`` (depth 2)."""
         head = {
             "num_blocks": worker.num_blocks,
@@ -963,14 +967,28 @@ class _JSONText:
             "available_memory": worker.available_memory,
             "allocated_bytes": worker.allocated_bytes,
         }
-        groups = (self.names(g.layer_names, 4) for g in worker.groups)
         fields = [self.key(k) + self.value(v, 3) for k, v in head.items()]
-        fields.append(self.key("groups") + self.whole("[]", groups, 3))
-        tensors = self.tensors(worker.tensors) if self.indent is None else map(self.tensor, worker.tensors)
-        fields.append(self.key("tensors") + self.whole("[]", tensors, 3))
-        if worker.backing:
-            fields.append(self.key("backing") + self.whole("[]", map(self.backing, worker.backing), 3))
-        return self.whole("{}", fields, 2)
+        backing = self.whole("[]", map(self.backing, worker.backing), 3) if worker.backing else None
+        if self.indent is not None:
+            fields.append(
+                self.key("groups")
+                + self.whole("[]", (self.names(g.layer_names, 4) for g in worker.groups), 3)
+            )
+            fields.append(self.key("tensors") + self.whole("[]", map(self.tensor, worker.tensors), 3))
+            if backing is not None:
+                fields.append(self.key("backing") + backing)
+            return (self.whole("{}", fields, 2),)
+        groups = list(
+            chain.from_iterable(zip(repeat(","), (self.names(g.layer_names, 4) for g in worker.groups)))
+        )
+        end = "]" if backing is None else "]," + self.key("backing") + backing
+        return (
+            "{" + ",".join(fields) + "," + self.key("groups") + "[",
+            *groups[1:],
+            "]," + self.key("tensors") + "[",
+            *self.tensors(worker.tensors),
+            end + "}",
+        )
 
     def backing(self, tensor: BackingTensor) -> str:
         """One backing tensor of a worker (depth 4)."""
@@ -985,9 +1003,9 @@ class _JSONText:
         return self.whole("{}", fields, 4)
 
     def tensors(self, tensors: Sequence[KVCacheTensor]) -> list[str]:
-        """A worker's tensors in compact text (a worker of a large model has a tensor per few
-        layers): the text around each one's layer names written once per distinct size, offset
-        and stride, the rest put together without a Python call per tensor."""
+        """A worker's tensors in compact text, as tokens (a worker of a large model has a tensor
+        per few layers): the text around each one's layer names written once per distinct size,
+        offset and stride, the rest put together without a Python call per tensor."""
         figures = list(
             zip(
                 map(attrgetter("size"), tensors),
@@ -1003,11 +1021,18 @@ class _JSONText:
             )
             for key in dict.fromkeys(figures)
         }
+        layers = list(map(attrgetter("shared_by"), tensors))
+        if min(map(len, layers), default=0) > 0 and _plain(chain.from_iterable(layers)):
+            # every name is its own text between quotes: the quotes go around the run of names
+            around = {key: (head + '"', '"' + tail) for key, (head, tail) in around.items()}
+            names = map('","'.join, layers)
+        else:
+            names = map(",".join, map(map, repeat(_string), layers))
         parts = list(map(around.__getitem__, figures))
-        names = map(",".join, map(map, repeat(_string), map(attrgetter("shared_by"), tensors)))
-        return list(
-            map(operator.add, map(operator.add, map(itemgetter(0), parts), names), map(itemgetter(1), parts))
+        tokens = chain.from_iterable(
+            zip(repeat(","), map(itemgetter(0), parts), names, map(itemgetter(1), parts))
         )
+        return list(islice(tokens, 1, None))  # no comma before the first
 
     def tensor(self, tensor: KVCacheTensor) -> str:
         """One tensor of a worker in indented text (depth 4)."""
@@ -1021,30 +1046,36 @@ class _JSONText:
 
     def per_layer(
         self, specs: Mapping[str, KVCacheSpec], text: Callable[[KVCacheSpec], str]
-    ) -> Iterator[tuple[str, str]]:
-        """``(separator + '"layer":', text(spec))`` for each layer of ``specs``, ``text`` asked
-        once per spec object (layers share a few) and the rest done without a Python call per
-        layer."""
+    ) -> Iterator[tuple[str, str, str]]:
+        """``(separator, layer name, colon + text(spec))`` for each layer of ``specs``, ``text``
+        asked once per spec object (layers share a few) and the rest done without a Python call
+        per layer. When no name needs escaping (:func:`_plain`), each is written as it is, the
+        separator ending and the text starting with its quotes."""
+        if self.plain_keys[0] is not specs:  # the sections of one mapping share the answer
+            self.plain_keys = (specs, _plain(specs))
+        quote = '"' if self.plain_keys[1] else ""
         values = list(specs.values())
-        texts = {key: text(spec) for key, spec in dict(zip(map(id, values), values, strict=True)).items()}
-        if self.layer_keys[0] is not specs:  # the sections of one mapping share its keys' text
-            keys = map(operator.add, repeat(self.separator(2)), map(_string, specs))
-            self.layer_keys = (specs, list(map(operator.add, keys, repeat(self.colon))))
-        return zip(self.layer_keys[1], map(texts.__getitem__, map(id, values)), strict=True)
+        distinct = dict(zip(map(id, values), values, strict=True))
+        texts = {key: quote + self.colon + text(spec) for key, spec in distinct.items()}
+        keys = iter(specs) if quote else map(_string, specs)
+        return zip(repeat(self.separator(2) + quote), keys, map(texts.__getitem__, map(id, values)))
 
     def decisions(self, run: Run) -> Iterator[tuple[str, str, str]]:
         """The entries of ``decisions`` (depth 2) for one run of decisions in columns, each as
         its head (with the separator), its layer name and its tail; each body of the run is
         encoded once (:meth:`parts`), the rest done without a Python call per decision."""
         layers, kinds, bodies, named = run
+        names: Iterable[str]
+        quote = ""  # or the quote that ends each head and starts each tail
+        if not named:
+            names = ("null" if n is None else _string(n) for n in layers)
+        elif _plain(cast("Sequence[str]", layers)):  # each name written as it is
+            names, quote = cast("Sequence[str]", layers), '"'
+        else:
+            names = map(_string, cast("Sequence[str]", layers))
         parts = [("", "") if body is None else self.parts(body) for body in bodies]
         sep = self.separator(2)
-        heads, tails = [sep + p[0] for p in parts], [p[1] for p in parts]
-        names: Iterator[str] = (
-            map(_string, cast("Sequence[str]", layers))
-            if named
-            else ("null" if n is None else _string(n) for n in layers)
-        )
+        heads, tails = [sep + p[0] + quote for p in parts], [quote + p[1] for p in parts]
         return zip(map(heads.__getitem__, kinds), names, map(tails.__getitem__, kinds), strict=False)
 
     def parts(self, body: Body) -> tuple[str, str]:
@@ -1076,6 +1107,17 @@ class _JSONText:
             if content is not None:
                 self.contents[content] = parts
         return parts
+
+
+def _plain(names: Iterable[str]) -> bool:
+    """Whether each of ``names`` is its own JSON text between quotes (printable ASCII without a
+    quote or backslash: nothing to escape); one pass over all of them, no call per name."""
+    text = "".join(names)
+    return text.isascii() and not text.encode("ascii").translate(None, _PLAIN)
+
+
+#: the bytes JSON writes as they are: printable ASCII but the quote and the backslash
+_PLAIN = bytes(c for c in range(0x20, 0x7F) if chr(c) not in '"\\')
 
 
 def _content(d: Decision) -> tuple[Any, ...] | None:

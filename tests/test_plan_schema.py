@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema
 import pytest
 from cli_helpers import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from kvrules import (
@@ -394,6 +396,36 @@ def test_indent_is_an_option_checked_like_any_argument() -> None:
     for bad in (-1, 1.5, "  ", True):
         with pytest.raises(ModelFileError, match=r"to_json\(indent=...\) = .* is not allowed"):
             plan.to_json(indent=bad)  # type: ignore[arg-type]
+
+
+#: layer names JSON writes as they are, and ones it escapes (quote, backslash, control, non-ASCII)
+PLAIN_NAME = st.text(st.sampled_from("ab.0_-: /[]{},"), min_size=1, max_size=6)
+ODD_NAME = st.text(st.sampled_from('ab"\\\t\x7f\x00é\u2603\U0001f600'), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    names=st.lists(st.one_of(PLAIN_NAME, ODD_NAME), min_size=2, max_size=12, unique=True),
+    strategies=st.sampled_from(["vllm", DEFAULT_SET]),
+    split=st.integers(min_value=0, max_value=12),
+)
+def test_json_text_is_json_dumps_whatever_the_layer_names(
+    names: list[str], strategies: str, split: int
+) -> None:
+    """Names written as they are when nothing in them needs escaping, encoded one by one when
+    something does: in specs, groups, tensors and decisions, compact and indented, mixed across
+    workers, the text is byte for byte ``json.dumps`` of ``to_dict()``."""
+    kinds = hybrid(8)
+    mamba, full = kinds["model.layers.0"], kinds["model.layers.3"]
+    specs = {name: full if i % 3 == 2 else mamba for i, name in enumerate(names)}
+    cut = max(1, min(split, len(names) - 1))
+    workers = [dict(list(specs.items())[:cut]), dict(list(specs.items())[cut:])]
+    config = EngineConfig(max_model_len=4096)
+    for given_specs in (specs, workers):
+        plan = PLANNERS[strategies].plan(given_specs, [8 * GiB] * (1 if given_specs is specs else 2), config)
+        expected = plan.to_dict()
+        assert plan.to_json() == json.dumps(expected, separators=(",", ":"))
+        assert plan.to_json(indent=1) == json.dumps(expected, indent=1)
 
 
 def test_layer_names_that_need_escaping_survive() -> None:
