@@ -41,12 +41,11 @@ from kvrules.plugin import (
     applies,
     buckets_by_spec,
     declines,
-    grouping_cost,
     layer_buckets,
     ratio,
     search,
     shared_pool_blocker,
-    vllm_grouping,
+    vllm_grouping_cost,
 )
 
 DEFAULT_MAX_GROUPS = 8
@@ -125,7 +124,7 @@ class MinPadding(Grouper):
         if blocker:
             return blocker + "."
         pool = Pool.of(ctx)
-        vllm = grouping_cost(vllm_grouping(specs), ctx.config, pool)
+        vllm = vllm_grouping_cost(specs, ctx.config, pool)
         best, considered, over_cap = search(buckets_by_spec(specs), ctx.config, self.max_groups, pool)
         if best is None or not acceptable(best.cost, vllm):
             return _not_better(vllm, best, self.max_groups)
@@ -190,7 +189,7 @@ class SpeculatorGroup(Partitioner):
         buckets = layer_buckets(list(compress(specs, targets)), list(compress(specs.values(), targets)))
         buckets += layer_buckets(draft, list(compress(specs.values(), marks)))
         pool = Pool.of(ctx)
-        vllm = grouping_cost(vllm_grouping(specs), ctx.config, pool)
+        vllm = vllm_grouping_cost(specs, ctx.config, pool)
         best, considered, over_cap = search(buckets, ctx.config, self.max_groups, pool)
         loss = Fraction(self.max_capacity_loss).limit_denominator(1_000_000)
         if best is None or not acceptable(best.cost, vllm, loss):

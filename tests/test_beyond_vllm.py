@@ -29,6 +29,7 @@ from kvrules.errors import CapacityError
 from kvrules.examples import load_example
 from kvrules.pipeline.capacity import total_blocks_per_request
 from kvrules.plugin import (
+    Candidate,
     GroupingCost,
     Pool,
     acceptable,
@@ -36,6 +37,9 @@ from kvrules.plugin import (
     grouping_cost,
     search,
     split_buckets,
+    split_cost,
+    vllm_grouping,
+    vllm_grouping_cost,
 )
 from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.plugin.registry import RuleRegistry
@@ -273,6 +277,52 @@ def test_search_prefers_fewer_padded_bytes_then_fewer_groups_within_the_cap() ->
     capped, _, _ = search(buckets, CFG, max_groups=3)
     assert capped is not None and capped.cost.groups <= 3
     assert search(buckets, CFG, max_groups=1)[0] is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    full=st.integers(min_value=0, max_value=30),
+    swa=st.integers(min_value=0, max_value=30),
+    size=st.integers(min_value=1, max_value=31),
+    split=st.integers(min_value=0, max_value=60),
+    override=st.one_of(st.none(), st.integers(min_value=1, max_value=5000)),
+)
+def test_split_cost_is_the_cost_of_the_split_groups(
+    full: int, swa: int, size: int, split: int, override: int | None
+) -> None:
+    """A search costs each group size from the buckets' lengths alone: the same figures as
+    costing the groups it would make, with one worker and with pipeline stages."""
+    specs = {**layers("f", FULL, full), **layers("s", SWA, swa)}
+    if not specs:
+        return
+    buckets = buckets_by_spec(specs)
+    names = list(specs)
+    cut = min(split, len(names))
+    pools = [
+        Pool(),
+        Pool(num_blocks=override),
+        Pool((frozenset(names[:cut]), frozenset(names[cut:])), (GiB, GiB), override),
+    ]
+    for pool in pools:
+        assert split_cost(buckets, size, CFG, pool) == grouping_cost(split_buckets(buckets, size), CFG, pool)
+        assert vllm_grouping_cost(specs, CFG, pool) == grouping_cost(vllm_grouping(specs), CFG, pool)
+
+
+def test_candidates_make_their_groups_when_first_read() -> None:
+    buckets = buckets_by_spec({**layers("f", FULL, 4), **layers("s", SWA, 6)})
+    best, considered, _ = search(buckets, CFG, max_groups=8)
+    assert best is not None
+    assert all(c._groups is None for c in considered)  # costed, not split
+    assert best.groups == split_buckets(buckets, best.requested_size)
+    assert best._groups is not None and best.groups is best.groups  # made once
+    given_groups = Candidate(best.requested_size, split_buckets(buckets, best.requested_size), best.cost)
+    assert given_groups == best and hash(given_groups) == hash(best)
+    with pytest.raises(AttributeError, match="read-only"):
+        best.cost = considered[0].cost  # type: ignore[misc]
+    with pytest.raises(TypeError, match="not both"):
+        Candidate(2, best.groups, best.cost, split=buckets)
+    with pytest.raises(TypeError, match="not both"):
+        Candidate(2, None, best.cost)
 
 
 def test_acceptable_orders_capacity_then_groups_then_slots() -> None:

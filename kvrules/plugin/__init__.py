@@ -24,8 +24,10 @@ from kvrules.plugin.grouping import (
     shared_pool_blocker,
     split_bucket,
     split_buckets,
+    split_cost,
     vllm_group_size,
     vllm_grouping,
+    vllm_grouping_cost,
 )
 from kvrules.plugin.hookspecs import hookimpl
 from kvrules.plugin.manager import (
@@ -86,8 +88,10 @@ __all__ = [
     "shared_pool_blocker",
     "split_bucket",
     "split_buckets",
+    "split_cost",
     "vllm_group_size",
     "vllm_grouping",
+    "vllm_grouping_cost",
     "dtype_name",
     "dtype_size",
     "to_torch",

@@ -126,6 +126,15 @@ def vllm_grouping(specs: Mapping[str, KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
     return split_buckets(buckets, vllm_group_size([len(names) for _, names in buckets]))
 
 
+def vllm_grouping_cost(
+    specs: Mapping[str, KVCacheSpec], config: EngineConfig, pool: Pool | None = None
+) -> GroupingCost:
+    """``grouping_cost(vllm_grouping(specs), config, pool)``, the groups made only when ``pool``
+    has several workers (:func:`split_cost`)."""
+    buckets = buckets_by_spec(specs)
+    return split_cost(buckets, vllm_group_size([len(names) for _, names in buckets]), config, pool)
+
+
 # -- the shared-pool cost model -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Pool:
@@ -200,13 +209,64 @@ class GroupingCost:
         )
 
 
-@dataclass(frozen=True)
 class Candidate:
-    """One group size tried: the groups it makes and their cost."""
+    """One group size tried: the groups it makes and their cost (read-only).
+
+    Given ``split=buckets`` instead of its groups (as :func:`search` makes candidates), it makes
+    them when :attr:`groups` is first read, ``split_buckets(buckets, requested_size)``: a search
+    compares many candidates by cost and keeps one, and making groups copies every layer name.
+    """
+
+    __slots__ = ("_groups", "_split", "cost", "requested_size")
 
     requested_size: int
-    groups: tuple[KVCacheGroup, ...]
     cost: GroupingCost
+    _groups: tuple[KVCacheGroup, ...] | None
+    _split: Sequence[Bucket] | None
+
+    def __init__(
+        self,
+        requested_size: int,
+        groups: Sequence[KVCacheGroup] | None,
+        cost: GroupingCost,
+        *,
+        split: Sequence[Bucket] | None = None,
+    ) -> None:
+        if (groups is None) == (split is None):
+            raise TypeError("Candidate() takes its groups or the buckets to split (split=...), not both")
+        set_ = object.__setattr__
+        set_(self, "requested_size", requested_size)
+        set_(self, "cost", cost)
+        set_(self, "_groups", None if groups is None else tuple(groups))
+        set_(self, "_split", split)
+
+    @property
+    def groups(self) -> tuple[KVCacheGroup, ...]:
+        """The groups (made on first read when the candidate was given buckets)."""
+        groups: tuple[KVCacheGroup, ...] | None = self._groups
+        if groups is None:
+            groups = split_buckets(self._split or (), self.requested_size)
+            object.__setattr__(self, "_groups", groups)
+            object.__setattr__(self, "_split", None)
+        return groups
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Candidate is read-only: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Candidate):
+            return NotImplemented
+        return (self.requested_size, self.cost, self.groups) == (
+            other.requested_size,
+            other.cost,
+            other.groups,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.requested_size, self.cost, self.groups))
+
+    def __repr__(self) -> str:
+        return f"Candidate(requested_size={self.requested_size}, groups=<{self.cost.groups} groups>, cost={self.cost!r})"
 
 
 def shared_pool_blocker(specs: Mapping[str, KVCacheSpec]) -> str | None:
@@ -232,24 +292,54 @@ def grouping_cost(
     """
     pool = pool or Pool()
     live = [g for g in groups if g.layer_names]
-    if not live:
+    lengths = [len(g.layer_names) for g in live]
+    if len(pool.workers) <= 1:  # one worker holds every layer of the model: no need to count
+        counts = [lengths]
+    else:
+        counts = [[sum(1 for n in g.layer_names if n in layers) for g in live] for layers in pool.workers]
+    return _shape_cost([g.spec for g in live], lengths, counts, config, pool)
+
+
+def split_cost(
+    buckets: Sequence[Bucket], group_size: int, config: EngineConfig, pool: Pool | None = None
+) -> GroupingCost:
+    """``grouping_cost(split_buckets(buckets, group_size), config, pool)``; with one worker from
+    the buckets' lengths alone (group ``i`` of a bucket of ``L`` layers cut into ``n`` holds
+    ``cdiv(L - i, n)``), without making the groups."""
+    pool = pool or Pool()
+    if len(pool.workers) > 1:
+        return grouping_cost(split_buckets(buckets, group_size), config, pool)
+    specs: list[KVCacheSpec] = []
+    lengths: list[int] = []
+    for spec, names in buckets:
+        n = cdiv(len(names), group_size)
+        specs += [spec] * n
+        lengths += [cdiv(len(names) - i, n) for i in range(n)]
+    return _shape_cost(specs, lengths, [lengths], config, pool)
+
+
+def _shape_cost(
+    specs: Sequence[KVCacheSpec],
+    lengths: Sequence[int],
+    counts_by_worker: Sequence[Sequence[int]],
+    config: EngineConfig,
+    pool: Pool,
+) -> GroupingCost:
+    """:func:`grouping_cost` of groups with layers given by their ``specs``, their ``lengths`` and
+    their layers on each worker of ``pool`` (``counts_by_worker``, one list for one worker)."""
+    if not lengths:
         raise GroupingError("a shared-pool cost needs at least one group with layers")
-    pages = sorted({g.spec.page_size_bytes for g in live})
+    pages = sorted({spec.page_size_bytes for spec in specs})
     if len(pages) != 1:
         raise GroupingError(
             f"a shared-pool cost needs one page size across groups, got {pages}; unify pages first"
         )
     page = pages[0]
-    width = max(len(g.layer_names) for g in live)
-    blocks = [blocks_of(g.spec, config) for g in live]
+    width = max(lengths)
+    blocks = [blocks_of(spec, config) for spec in specs]
     total = sum(blocks)
-    workers: tuple[AbstractSet[str], ...] = pool.workers or (frozenset(),)  # none known: one with every layer
-    best: tuple[Fraction, int, list[int]] | None = None
-    for index, layers in enumerate(workers):
-        if len(workers) == 1:  # one worker holds every layer of the model: no need to count
-            counts = [len(g.layer_names) for g in live]
-        else:
-            counts = [sum(1 for n in g.layer_names if n in layers) for g in live]
+    best: tuple[Fraction, int, Sequence[int]] | None = None
+    for index, counts in enumerate(counts_by_worker):
         here = max(counts)
         if here == 0:
             continue
@@ -264,11 +354,11 @@ def grouping_cost(
         raise GroupingError("no worker holds a layer of these groups; check the workers' layer names")
     capacity, worker, counts = best
     here = max(counts)
-    override_bytes, fits = _override_bytes(live, workers, pool, page)
+    override_bytes, fits = _override_bytes([max(c) for c in counts_by_worker], pool, page)
     return GroupingCost(
         group_size=width,
-        groups=len(live),
-        padding_slots=sum(width - len(g.layer_names) for g in live),
+        groups=len(lengths),
+        padding_slots=sum(width - length for length in lengths),
         page_size_bytes=page,
         blocks_per_request=total,
         padded_bytes=page * sum((here - c) * b for c, b in zip(counts, blocks, strict=True)),
@@ -280,17 +370,12 @@ def grouping_cost(
     )
 
 
-def _override_bytes(
-    live: Sequence[KVCacheGroup], workers: Sequence[AbstractSet[str]], pool: Pool, page: int
-) -> tuple[int, bool]:
-    """With an override: the most bytes its blocks take on one worker, and whether every
-    worker's share fits its memory (when known); ``(0, True)`` without one."""
+def _override_bytes(widths: Sequence[int], pool: Pool, page: int) -> tuple[int, bool]:
+    """With an override: the most bytes its blocks take on one worker (``widths``: the most
+    layers a group has on each), and whether every worker's share fits its memory (when
+    known); ``(0, True)`` without one."""
     if pool.num_blocks is None:
         return 0, True
-    if len(workers) == 1:
-        widths = [max(len(g.layer_names) for g in live)]
-    else:
-        widths = [max(sum(1 for n in g.layer_names if n in layers) for g in live) for layers in workers]
     needs = [pool.num_blocks * width * page for width in widths]
     fits = not pool.memory or all(need <= memory for need, memory in zip(needs, pool.memory, strict=True))
     return max(needs), fits
@@ -346,8 +431,7 @@ def search(
         if sum(counts) > max_groups:
             over_cap += 1
             continue
-        groups = split_buckets(buckets, size)
-        considered.append(Candidate(size, groups, grouping_cost(groups, config, pool)))
+        considered.append(Candidate(size, None, split_cost(buckets, size, config, pool), split=buckets))
     best = min(considered, key=_choice_key) if considered else None
     return best, considered, over_cap
 
@@ -396,6 +480,8 @@ __all__ = [
     "shared_pool_blocker",
     "split_bucket",
     "split_buckets",
+    "split_cost",
     "vllm_group_size",
     "vllm_grouping",
+    "vllm_grouping_cost",
 ]
