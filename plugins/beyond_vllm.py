@@ -40,6 +40,7 @@ from kvrules.plugin import (
     alternatives,
     applies,
     buckets_by_spec,
+    cdiv,
     declines,
     layer_buckets,
     ratio,
@@ -59,6 +60,8 @@ class _Choice:
     vllm: GroupingCost
     considered: list[Candidate]
     over_cap: int
+    #: the layer count of each draft bucket (split as the others: their groups are the draft's)
+    drafts: tuple[int, ...] = ()
 
     def record(self, ctx: PlanContext, rule: str, lead: str, max_groups: int) -> None:
         mine, theirs = self.chosen.cost, self.vllm
@@ -187,16 +190,16 @@ class SpeculatorGroup(Partitioner):
             return blocker + "."
         targets = list(map(not_, marks))
         buckets = layer_buckets(list(compress(specs, targets)), list(compress(specs.values(), targets)))
-        buckets += layer_buckets(draft, list(compress(specs.values(), marks)))
+        drafts = layer_buckets(draft, list(compress(specs.values(), marks)))
         pool = Pool.of(ctx)
         vllm = vllm_grouping_cost(specs, ctx.config, pool)
-        best, considered, over_cap = search(buckets, ctx.config, self.max_groups, pool)
+        best, considered, over_cap = search(buckets + drafts, ctx.config, self.max_groups, pool)
         loss = Fraction(self.max_capacity_loss).limit_denominator(1_000_000)
         if best is None or not acceptable(best.cost, vllm, loss):
             return f"{len(draft)} draft layers in their own groups: " + _not_better(
                 vllm, best, self.max_groups
             )
-        return _Choice(best, vllm, considered, over_cap)
+        return _Choice(best, vllm, considered, over_cap, tuple(len(names) for _, names in drafts))
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
         choice = self._choose(specs, ctx)
@@ -213,10 +216,8 @@ class SpeculatorGroup(Partitioner):
         choice = self._choose(specs, ctx)
         if isinstance(choice, str):
             raise PluginError(f"rule {self.name!r} was asked to partition although it declines: {choice}")
-        prefixes = ctx.config.draft_layer_prefixes
-        draft_groups = sum(
-            1 for g in choice.chosen.groups if all(map(str.startswith, g.layer_names, repeat(prefixes)))
-        )
+        size = choice.chosen.requested_size
+        draft_groups = sum(cdiv(length, size) for length in choice.drafts)  # as split_buckets cuts
         choice.record(
             ctx, self.name, f"draft layers in {draft_groups} group(s) of their own; ", self.max_groups
         )

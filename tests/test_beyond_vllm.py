@@ -33,6 +33,7 @@ from kvrules.plugin import (
     GroupingCost,
     Pool,
     acceptable,
+    bucket_lengths,
     buckets_by_spec,
     grouping_cost,
     search,
@@ -306,6 +307,26 @@ def test_split_cost_is_the_cost_of_the_split_groups(
     for pool in pools:
         assert split_cost(buckets, size, CFG, pool) == grouping_cost(split_buckets(buckets, size), CFG, pool)
         assert vllm_grouping_cost(specs, CFG, pool) == grouping_cost(vllm_grouping(specs), CFG, pool)
+
+
+#: specs that bucket apart, one equal to another but a new object, one that merges with FULL, and
+#: more distinct objects than the few counted by identity
+PALETTE = [
+    FULL,
+    SWA,
+    FullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype="bfloat16"),
+    FullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype="bfloat16", sliding_window=128),
+    *(FullAttentionSpec(16, num_kv_heads=h, head_size=128, dtype="bfloat16") for h in range(1, 8)),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(range(len(PALETTE))), min_size=1, max_size=40))
+def test_bucket_lengths_are_the_lengths_of_the_buckets(picks: list[int]) -> None:
+    specs = {f"layer.{i}": PALETTE[k] for i, k in enumerate(picks)}
+    expected = [(spec, len(names)) for spec, names in buckets_by_spec(specs)]
+    assert bucket_lengths(specs) == expected
+    assert [type(spec) for spec, _ in bucket_lengths(specs)] == [type(spec) for spec, _ in expected]
 
 
 def test_candidates_make_their_groups_when_first_read() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvrules import EngineConfig, FullAttentionSpec, MambaSpec, Planner
-from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.base import KVCacheSpec, distinct_specs
 from kvrules.specs.table import ReplacedSpecs, as_dict
 
 A = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="bfloat16")
@@ -51,6 +51,11 @@ def test_it_reads_as_the_dict_it_stands_for(kinds: list[int], swaps: dict[int, i
     half = dict(list(base.items())[::2])
     assert dict(table.over(half)) == expected(half, new)
     assert repr(table).startswith("ReplacedSpecs({")
+    # the distinct objects, found once and kept, are what a look at every value finds
+    found = distinct_specs(list(want.values()))
+    assert distinct_specs(table.values()) == found and distinct_specs(proxy.values()) == found
+    assert all(a is b for a, b in zip(table.distinct(), found, strict=True))
+    assert table.distinct() is table.distinct()
 
 
 def test_a_missing_layer_raises_key_error() -> None:

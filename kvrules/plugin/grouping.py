@@ -24,11 +24,12 @@ grouping and its own with :func:`grouping_cost` on the plan's :class:`Pool` and 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import is_
 from typing import Any
 
@@ -58,25 +59,49 @@ def layer_buckets(names: Collection[str], specs: Collection[KVCacheSpec]) -> lis
     order), for a caller holding a subset of a model's layers as two sequences rather than a
     new mapping."""
     exact = _by_equal_spec(names, specs)
+    lists = list(exact.values())
     order: dict[str, int] = {}
-    merged: list[tuple[list[KVCacheSpec], KVCacheSpec, list[str]]] = []
-    for spec, layers in exact.items():
-        for index, (members, _, joined_names) in enumerate(merged):
+    buckets: list[Bucket] = []
+    for spec, members in _joined(list(exact)):
+        if len(members) == 1:
+            buckets.append((spec, lists[members[0]]))
+            continue
+        if not order:  # needed only when buckets join, which few models do
+            order = {name: i for i, name in enumerate(names)}
+        layers = chain.from_iterable(map(lists.__getitem__, members))
+        buckets.append((spec, sorted(layers, key=order.__getitem__)))
+    return buckets
+
+
+def bucket_lengths(specs: Mapping[str, KVCacheSpec]) -> list[tuple[KVCacheSpec, int]]:
+    """``[(spec, len(names)) for spec, names in buckets_by_spec(specs)]`` without listing the
+    names: with a few spec objects each is counted in one C-level pass of identity tests (at a
+    million layers, listing names touches every one of them)."""
+    distinct = distinct_specs(specs.values())
+    values = list(specs.values())
+    if len(distinct) <= _FEW_SPECS and len(set(distinct)) == len(distinct):
+        counts = [sum(map(is_, values, repeat(spec))) for spec in distinct]
+    else:
+        exact = Counter(values)  # equal spec objects counted together, in first-seen order
+        distinct, counts = list(exact), list(exact.values())
+    return [(spec, sum(map(counts.__getitem__, members))) for spec, members in _joined(distinct)]
+
+
+def _joined(exact: Sequence[KVCacheSpec]) -> list[tuple[KVCacheSpec, list[int]]]:
+    """Distinct specs, in order, joined where they merge (:meth:`KVCacheSpec.merge`): each
+    bucket's spec and the indices in ``exact`` of the specs it holds, in the order of its first."""
+    merged: list[tuple[list[KVCacheSpec], KVCacheSpec, list[int]]] = []
+    for index, spec in enumerate(exact):
+        for at, (members, _, indices) in enumerate(merged):
             try:
                 joined = type(members[0]).merge([*members, spec])
             except ValueError:
                 continue
-            if not order:  # needed only when buckets join, which few models do
-                order = {name: i for i, name in enumerate(names)}
-            merged[index] = (
-                [*members, spec],
-                joined,
-                sorted([*joined_names, *layers], key=order.__getitem__),
-            )
+            merged[at] = ([*members, spec], joined, [*indices, index])
             break
         else:
-            merged.append(([spec], spec, list(layers)))
-    return [(spec, layers) for _, spec, layers in merged]
+            merged.append(([spec], spec, [index]))
+    return [(spec, indices) for _, spec, indices in merged]
 
 
 #: at most this many distinct spec objects are bucketed with one C-level pass each
@@ -129,10 +154,12 @@ def vllm_grouping(specs: Mapping[str, KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
 def vllm_grouping_cost(
     specs: Mapping[str, KVCacheSpec], config: EngineConfig, pool: Pool | None = None
 ) -> GroupingCost:
-    """``grouping_cost(vllm_grouping(specs), config, pool)``, the groups made only when ``pool``
-    has several workers (:func:`split_cost`)."""
-    buckets = buckets_by_spec(specs)
-    return split_cost(buckets, vllm_group_size([len(names) for _, names in buckets]), config, pool)
+    """``grouping_cost(vllm_grouping(specs), config, pool)``; with one worker from the buckets'
+    lengths alone (:func:`bucket_lengths`), no group made."""
+    if pool is not None and len(pool.workers) > 1:
+        return grouping_cost(vllm_grouping(specs), config, pool)
+    lengths = bucket_lengths(specs)
+    return _lengths_cost(lengths, vllm_group_size([n for _, n in lengths]), config, pool or Pool())
 
 
 # -- the shared-pool cost model -----------------------------------------------------------------
@@ -309,12 +336,19 @@ def split_cost(
     pool = pool or Pool()
     if len(pool.workers) > 1:
         return grouping_cost(split_buckets(buckets, group_size), config, pool)
+    return _lengths_cost([(spec, len(names)) for spec, names in buckets], group_size, config, pool)
+
+
+def _lengths_cost(
+    buckets: Sequence[tuple[KVCacheSpec, int]], group_size: int, config: EngineConfig, pool: Pool
+) -> GroupingCost:
+    """:func:`split_cost` with one worker, of buckets given as ``(spec, number of layers)``."""
     specs: list[KVCacheSpec] = []
     lengths: list[int] = []
-    for spec, names in buckets:
-        n = cdiv(len(names), group_size)
+    for spec, length in buckets:
+        n = cdiv(length, group_size)
         specs += [spec] * n
-        lengths += [cdiv(len(names) - i, n) for i in range(n)]
+        lengths += [cdiv(length - i, n) for i in range(n)]
     return _shape_cost(specs, lengths, [lengths], config, pool)
 
 
@@ -472,6 +506,7 @@ __all__ = [
     "Pool",
     "acceptable",
     "alternatives",
+    "bucket_lengths",
     "buckets_by_spec",
     "layer_buckets",
     "grouping_cost",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
-from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.base import KnownDistinct, KVCacheSpec, distinct_specs
 
 
 class ReplacedSpecs(Mapping[str, KVCacheSpec]):
@@ -22,12 +22,13 @@ class ReplacedSpecs(Mapping[str, KVCacheSpec]):
     items costs no Python call per layer. Pickled or deep-copied, it becomes a plain ``dict``.
     """
 
-    __slots__ = ("_base", "_new", "_values")
+    __slots__ = ("_base", "_distinct", "_new", "_values")
 
     def __init__(self, base: Mapping[str, KVCacheSpec], replacements: Mapping[int, KVCacheSpec]) -> None:
         self._base = base
         self._new = replacements
         self._values: list[KVCacheSpec] | None = None  # made on the first read of every value
+        self._distinct: list[KVCacheSpec] | None = None  # found on the first ask
 
     def __getitem__(self, name: str) -> KVCacheSpec:
         spec = self._base[name]
@@ -70,6 +71,14 @@ class ReplacedSpecs(Mapping[str, KVCacheSpec]):
             self._values = list(map(self._new.get, map(id, given), given))
         return iter(self._values)
 
+    def distinct(self) -> list[KVCacheSpec]:
+        """One of each spec object, in the order of each one's first layer (found once, then
+        kept: the table does not change); what :func:`~kvrules.specs.base.distinct_specs` of
+        its values gives."""
+        if self._distinct is None:
+            self._distinct = distinct_specs(map(self.replaced, distinct_specs(self._base.values())))
+        return self._distinct
+
     def __reduce__(self) -> tuple[type[dict[str, KVCacheSpec]], tuple[Any, ...]]:
         return (dict, (as_dict(self),))
 
@@ -77,11 +86,14 @@ class ReplacedSpecs(Mapping[str, KVCacheSpec]):
         return f"{type(self).__name__}({as_dict(self)!r})"
 
 
-class _Values(ValuesView[KVCacheSpec]):
+class _Values(ValuesView[KVCacheSpec], KnownDistinct):
     _mapping: ReplacedSpecs
 
     def __iter__(self) -> Iterator[KVCacheSpec]:
         return self._mapping.iter_values()
+
+    def known_distinct(self) -> list[KVCacheSpec]:
+        return self._mapping.distinct()
 
 
 class _Items(ItemsView[str, KVCacheSpec]):
