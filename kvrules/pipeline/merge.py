@@ -141,9 +141,13 @@ def check_names(specs: Mapping[Any, Any], where: str) -> None:
     :raises SpecError: naming the first layer whose name is not one.
     """
     check_layer_count(specs, where)
-    if set(map(type, specs)) <= {str} and "" not in specs and _utf8("".join(specs)):
-        return  # every name at once, at C speed; else find the first bad one
-    for name in specs:
+    try:
+        joined = "".join(specs)  # every name at once, at C speed (a name that is no str raises)
+    except TypeError:
+        joined = None
+    if joined is not None and "" not in specs and _utf8(joined):
+        return
+    for name in specs:  # find the first bad one
         as_name(name, f"{where}layer name")
 
 
