@@ -290,9 +290,11 @@ def main() -> None:
         mode, layers, strategies = args.child
         child(mode, int(layers), strategies)
         return
+    # the fresh processes first: on Linux a child's ru_maxrss counts the memory it shared with
+    # this process before exec, and this process grows while it measures the per-layer tables
+    scale_section(args.quick, args.repeat or (1 if args.quick else 5))
     if not args.scale_only:
         per_layer_tables(args.quick)
-    scale_section(args.quick, args.repeat or (1 if args.quick else 5))
 
 
 if __name__ == "__main__":

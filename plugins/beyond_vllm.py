@@ -119,8 +119,10 @@ class MinPadding(Grouper):
         super().__post_init__()
         _check_limits(self.name, self.max_groups)
 
-    def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
-        return _searched_once(self.name, specs, ctx, self._search)
+    def _choose(
+        self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext, *, take: bool = False
+    ) -> _Choice | str:
+        return _searched_once(self.name, specs, ctx, self._search, take=take)
 
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         blocker = shared_pool_blocker(specs)
@@ -140,7 +142,7 @@ class MinPadding(Grouper):
         return applies(f"group size {choice.chosen.cost.group_size} costs no more than vLLM's rule.")
 
     def group(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        choice = self._choose(specs, ctx)
+        choice = self._choose(specs, ctx, take=True)
         if isinstance(choice, str):
             raise PluginError(f"rule {self.name!r} was asked to group although it declines: {choice}")
         choice.record(ctx, self.name, "", self.max_groups)
@@ -174,8 +176,10 @@ class SpeculatorGroup(Partitioner):
         super().__post_init__()
         _check_limits(self.name, self.max_groups, self.max_capacity_loss)
 
-    def _choose(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
-        return _searched_once(self.name, specs, ctx, self._search)
+    def _choose(
+        self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext, *, take: bool = False
+    ) -> _Choice | str:
+        return _searched_once(self.name, specs, ctx, self._search, take=take)
 
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         marks = draft_marks(specs, ctx)
@@ -213,7 +217,7 @@ class SpeculatorGroup(Partitioner):
     def partition(
         self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext
     ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
-        choice = self._choose(specs, ctx)
+        choice = self._choose(specs, ctx, take=True)
         if isinstance(choice, str):
             raise PluginError(f"rule {self.name!r} was asked to partition although it declines: {choice}")
         size = choice.chosen.requested_size
@@ -229,14 +233,20 @@ def _searched_once(
     specs: Mapping[str, KVCacheSpec],
     ctx: PlanContext,
     search: Callable[[Mapping[str, KVCacheSpec], PlanContext], _Choice | str],
+    *,
+    take: bool = False,
 ) -> _Choice | str:
     """``search(specs, ctx)``, run once per plan for the same ``specs`` object: the guard and
     the action of a rule are given one read-only view, so they agree on one search (its cost
-    figures asked of the specs once) and the work is not done twice."""
+    figures asked of the specs once) and the work is not done twice. The action ``take``s the
+    result out of the plan's cache: the candidates hold every layer name in their buckets, which
+    the garbage collector would walk at each full collection for the rest of the plan."""
     key = (rule, id(specs), len(specs))
-    cached = ctx.cache.get(key)
+    cached = ctx.cache.pop(key, None) if take else ctx.cache.get(key)
     if cached is None:
-        cached = ctx.cache[key] = search(specs, ctx)
+        cached = search(specs, ctx)
+        if not take:
+            ctx.cache[key] = cached
     return cast("_Choice | str", cached)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -375,6 +376,24 @@ def test_rules_decline_layers_a_shared_pool_cannot_hold() -> None:
     assert not check.applies and "uniform-type" in check.reason
     with pytest.raises(PluginError, match="although it declines"):
         MinPadding().group(mixed, _ctx())
+
+
+@pytest.mark.parametrize("rule", [MinPadding(), SpeculatorGroup()], ids=lambda r: r.name)
+def test_the_action_takes_the_search_out_of_the_plan_cache(rule: Any) -> None:
+    """The guard's search is kept for the action, which takes it: its candidates hold every
+    layer name, which the garbage collector would walk for the rest of the plan."""
+    specs = MappingProxyType(
+        {**layers("model.full", FULL, 6), **layers("model.swa", SWA, 10), **layers("draft.f", FULL, 2)}
+    )
+    ctx = _ctx()
+    assert rule.check(specs, ctx).applies
+    assert any(rule.name in key for key in ctx.cache)
+    act = rule.partition if isinstance(rule, SpeculatorGroup) else rule.group
+    made = act(specs, ctx)
+    groups = made[0] if isinstance(made, tuple) else made
+    assert not any(rule.name in key for key in ctx.cache)
+    again = act(specs, _ctx())  # asked again, it searches again, to the same groups
+    assert (again[0] if isinstance(again, tuple) else again) == groups
 
 
 def test_draft_layers_are_recognised_by_name_only() -> None:
