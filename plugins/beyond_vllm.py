@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import compress, repeat
+from itertools import repeat
 from operator import not_
 from typing import cast
 
@@ -40,9 +40,9 @@ from kvrules.plugin import (
     alternatives,
     applies,
     buckets_by_spec,
+    buckets_where,
     cdiv,
     declines,
-    layer_buckets,
     ratio,
     search,
     shared_pool_blocker,
@@ -183,26 +183,23 @@ class SpeculatorGroup(Partitioner):
 
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         marks = draft_marks(specs, ctx)
-        draft = list(compress(specs, marks))
+        draft = sum(marks)
         prefixes = ", ".join(ctx.config.draft_layer_prefixes)
         if not draft:
             return f"no layer name starts with a draft prefix ({prefixes})."
-        if len(draft) == len(specs):
+        if draft == len(specs):
             return f"all {len(specs)} layers are draft layers; there is no target to keep them from."
         blocker = shared_pool_blocker(specs)
         if blocker:
             return blocker + "."
-        targets = list(map(not_, marks))
-        buckets = layer_buckets(list(compress(specs, targets)), list(compress(specs.values(), targets)))
-        drafts = layer_buckets(draft, list(compress(specs.values(), marks)))
+        buckets = buckets_where(specs, list(map(not_, marks)))
+        drafts = buckets_where(specs, marks)
         pool = Pool.of(ctx)
         vllm = vllm_grouping_cost(specs, ctx.config, pool)
         best, considered, over_cap = search(buckets + drafts, ctx.config, self.max_groups, pool)
         loss = Fraction(self.max_capacity_loss).limit_denominator(1_000_000)
         if best is None or not acceptable(best.cost, vllm, loss):
-            return f"{len(draft)} draft layers in their own groups: " + _not_better(
-                vllm, best, self.max_groups
-            )
+            return f"{draft} draft layers in their own groups: " + _not_better(vllm, best, self.max_groups)
         return _Choice(best, vllm, considered, over_cap, tuple(len(names) for _, names in drafts))
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:

@@ -36,6 +36,7 @@ from kvrules.plugin import (
     acceptable,
     bucket_lengths,
     buckets_by_spec,
+    buckets_where,
     grouping_cost,
     search,
     split_buckets,
@@ -328,6 +329,15 @@ def test_bucket_lengths_are_the_lengths_of_the_buckets(picks: list[int]) -> None
     expected = [(spec, len(names)) for spec, names in buckets_by_spec(specs)]
     assert bucket_lengths(specs) == expected
     assert [type(spec) for spec, _ in bucket_lengths(specs)] == [type(spec) for spec, _ in expected]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(PALETTE))), st.booleans()), min_size=1, max_size=40))
+def test_buckets_where_are_the_buckets_of_the_chosen_layers(picks: list[tuple[int, bool]]) -> None:
+    specs = {f"layer.{i}": PALETTE[k] for i, (k, _) in enumerate(picks)}
+    mask = [keep for _, keep in picks]
+    chosen = {name: spec for (name, spec), keep in zip(specs.items(), mask, strict=True) if keep}
+    assert buckets_where(specs, mask) == buckets_by_spec(chosen)
 
 
 def test_candidates_make_their_groups_when_first_read() -> None:

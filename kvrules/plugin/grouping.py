@@ -30,7 +30,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain, compress, repeat
-from operator import is_
+from operator import and_, is_
 from typing import Any
 
 from kvrules.config import EngineConfig
@@ -58,7 +58,21 @@ def layer_buckets(names: Collection[str], specs: Collection[KVCacheSpec]) -> lis
     """:func:`buckets_by_spec` of the layers ``names`` whose specs are ``specs`` (in the same
     order), for a caller holding a subset of a model's layers as two sequences rather than a
     new mapping."""
-    exact = _by_equal_spec(names, specs)
+    return _buckets(names, specs)
+
+
+def buckets_where(specs: Mapping[str, KVCacheSpec], mask: Sequence[bool]) -> list[Bucket]:
+    """:func:`buckets_by_spec` of the layers of ``specs`` whose ``mask`` entry (in layer order)
+    is true, without listing those layers first: with a few spec objects each bucket is one
+    C-level pass over the table (at a million layers, every list of names is a pass that looks
+    at each name, and the garbage collector walks it again)."""
+    return _buckets(specs.keys(), list(specs.values()), mask)
+
+
+def _buckets(
+    names: Collection[str], specs: Collection[KVCacheSpec], mask: Sequence[bool] | None = None
+) -> list[Bucket]:
+    exact = _by_equal_spec(names, specs, mask)
     lists = list(exact.values())
     order: dict[str, int] = {}
     buckets: list[Bucket] = []
@@ -108,13 +122,22 @@ def _joined(exact: Sequence[KVCacheSpec]) -> list[tuple[KVCacheSpec, list[int]]]
 _FEW_SPECS = 8
 
 
-def _by_equal_spec(names: Collection[str], specs: Collection[KVCacheSpec]) -> dict[KVCacheSpec, list[str]]:
-    """Layer names by equal spec, in order (``names`` and ``specs`` parallel). With a few spec
-    objects (models share them between layers) each bucket is one C-level pass picking the
-    layers of that object; otherwise one Python pass, an identity lookup per layer."""
-    distinct = distinct_specs(specs)
+def _by_equal_spec(
+    names: Collection[str], specs: Collection[KVCacheSpec], mask: Sequence[bool] | None = None
+) -> dict[KVCacheSpec, list[str]]:
+    """Layer names by equal spec, in order (``names`` and ``specs`` parallel; only the layers
+    whose ``mask`` entry is true, when given). With a few spec objects (models share them
+    between layers) each bucket is one C-level pass picking the layers of that object;
+    otherwise one Python pass, an identity lookup per layer."""
+    distinct = distinct_specs(specs if mask is None else compress(specs, mask))
     if len(distinct) <= _FEW_SPECS and len(set(distinct)) == len(distinct):
-        return {spec: list(compress(names, map(is_, specs, repeat(spec)))) for spec in distinct}
+        if mask is None:
+            return {spec: list(compress(names, map(is_, specs, repeat(spec)))) for spec in distinct}
+        return {
+            spec: list(compress(names, map(and_, mask, map(is_, specs, repeat(spec))))) for spec in distinct
+        }
+    if mask is not None:
+        names, specs = list(compress(names, mask)), list(compress(specs, mask))
     exact: dict[KVCacheSpec, list[str]] = {}
     by_id: dict[int, list[str]] = {}
     for name, spec in zip(names, specs, strict=True):
@@ -508,6 +531,7 @@ __all__ = [
     "alternatives",
     "bucket_lengths",
     "buckets_by_spec",
+    "buckets_where",
     "layer_buckets",
     "grouping_cost",
     "ratio",
