@@ -72,6 +72,7 @@ def buckets_where(specs: Mapping[str, KVCacheSpec], mask: Sequence[bool]) -> lis
 def _buckets(
     names: Collection[str], specs: Collection[KVCacheSpec], mask: Sequence[bool] | None = None
 ) -> list[Bucket]:
+    """:func:`layer_buckets` of the layers whose ``mask`` entry is true (all, without one)."""
     exact = _by_equal_spec(names, specs, mask)
     lists = list(exact.values())
     order: dict[str, int] = {}
