@@ -959,7 +959,8 @@ class _JSONText:
         return ("{" + self.key("layer_names"), self.names(group.layer_names, 3), "," + ",".join(fields) + "}")
 
     def worker(self, worker: WorkerPlan) -> tuple[str, ...]:
-        """One entry of ``workers`` (depth 2)."""
+        """One entry of ``workers`` (depth 2), as tokens: in compact text its groups' names and
+        its tensors (:meth:`tensors`) are tokens of their own, not copied into one string."""
         head = {
             "num_blocks": worker.num_blocks,
             "own_num_blocks": worker.own_num_blocks,
