@@ -206,9 +206,8 @@ class SpeculatorGroup(Partitioner):
         choice = self._choose(specs, ctx)
         if isinstance(choice, str):
             return declines(choice)
-        drafts = sum(draft_marks(specs, ctx))
         return applies(
-            f"{drafts} draft layers get groups of their own at group size {choice.chosen.cost.group_size}."
+            f"{sum(choice.drafts)} draft layers get groups of their own at group size {choice.chosen.cost.group_size}."
         )
 
     def partition(

@@ -180,10 +180,11 @@ def vllm_grouping_cost(
 ) -> GroupingCost:
     """``grouping_cost(vllm_grouping(specs), config, pool)``; with one worker from the buckets'
     lengths alone (:func:`bucket_lengths`), no group made."""
-    if pool is not None and len(pool.workers) > 1:
+    pool = pool or Pool()
+    if len(pool.workers) > 1:
         return grouping_cost(vllm_grouping(specs), config, pool)
     lengths = bucket_lengths(specs)
-    return _lengths_cost(lengths, vllm_group_size([n for _, n in lengths]), config, pool or Pool())
+    return _lengths_cost(lengths, vllm_group_size([n for _, n in lengths]), config, pool)
 
 
 # -- the shared-pool cost model -----------------------------------------------------------------
