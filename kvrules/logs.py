@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import structlog
 
-__all__ = ["LOGGER_NAME", "Emitter", "debug", "emitter", "info", "listening"]
+__all__ = ["LOGGER_NAME", "Emitter", "debug", "emitter", "error", "info", "listening", "warning"]
 
 #: the name of the stdlib logger (and of the structlog logger) kvrules' events go to
 LOGGER_NAME = "kvrules"
@@ -119,26 +119,34 @@ def _method(level: int) -> str:
         ) from None
 
 
+def _emit(level: int, event: str, fields: dict[str, Any]) -> None:
+    if structlog.is_configured():
+        getattr(_structlog, _METHODS[level])(event, **fields)
+    elif _stdlib.isEnabledFor(level):
+        _to_stdlib(level, event, fields, stacklevel=3)
+
+
 def info(event: str, **fields: Any) -> None:
     """Emit ``event`` at INFO: through structlog when it is configured, else to the ``kvrules`` logger.
 
     The stdlib record is made only when ``logging.getLogger("kvrules").isEnabledFor(logging.INFO)``.
     """
-    if structlog.is_configured():
-        _structlog.info(event, **fields)
-    elif _stdlib.isEnabledFor(logging.INFO):
-        _to_stdlib(logging.INFO, event, fields, stacklevel=2)
+    _emit(logging.INFO, event, fields)
 
 
 def debug(event: str, **fields: Any) -> None:
-    """Emit ``event`` at DEBUG: through structlog when it is configured, else to the ``kvrules`` logger.
+    """Emit ``event`` at DEBUG (as :func:`info` does at INFO)."""
+    _emit(logging.DEBUG, event, fields)
 
-    The stdlib record is made only when ``logging.getLogger("kvrules").isEnabledFor(logging.DEBUG)``.
-    """
-    if structlog.is_configured():
-        _structlog.debug(event, **fields)
-    elif _stdlib.isEnabledFor(logging.DEBUG):
-        _to_stdlib(logging.DEBUG, event, fields, stacklevel=2)
+
+def warning(event: str, **fields: Any) -> None:
+    """Emit ``event`` at WARNING (as :func:`info` does at INFO)."""
+    _emit(logging.WARNING, event, fields)
+
+
+def error(event: str, **fields: Any) -> None:
+    """Emit ``event`` at ERROR (as :func:`info` does at INFO)."""
+    _emit(logging.ERROR, event, fields)
 
 
 def listening(level: int = logging.DEBUG) -> bool:
