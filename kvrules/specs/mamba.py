@@ -25,6 +25,11 @@ class MambaSpec(KVCacheSpec):
 
     The page is the sum of the state tensors' bytes and does not change with ``block_size``;
     ``page_size_padded`` pads it (state tensors sit back to back at the start of the page).
+
+    ``num_prefill_checkpoint_blocks`` and ``prefill_checkpoint_alignment`` are vLLM 0.32+'s
+    prefill checkpoints (its Mamba2 layers set 1 and 1): in ``align`` mode each request keeps that
+    many more pages, and layers group together only when both fields agree (vLLM's
+    ``is_uniform_with_collection``). They do not change the page.
     """
 
     type_name: ClassVar[str] = "mamba"
@@ -37,6 +42,8 @@ class MambaSpec(KVCacheSpec):
     mamba_type: str = "mamba2"
     mamba_cache_mode: str = "none"
     num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -61,6 +68,8 @@ class MambaSpec(KVCacheSpec):
                 f"MambaSpec.mamba_cache_mode={shown(self.mamba_cache_mode)}; use one of {', '.join(MAMBA_CACHE_MODES)}"
             )
         self._set_int("num_speculative_blocks", minimum=0, maximum=MAX_TOKENS)
+        self._set_int("num_prefill_checkpoint_blocks", minimum=0, maximum=MAX_TOKENS)
+        self._set_int("prefill_checkpoint_alignment", minimum=1, maximum=MAX_TOKENS, optional=True)
         self._set_int("page_size_padded", maximum=MAX_BYTES, optional=True)
         _check_state_bytes(shapes, dtypes)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
@@ -83,14 +92,19 @@ class MambaSpec(KVCacheSpec):
         return self.page_size_padded if self.page_size_padded is not None else self.real_page_size_bytes
 
     def uniform_type_key(self) -> Hashable | None:
-        return ("mamba", self.num_speculative_blocks)
+        return (
+            "mamba",
+            self.num_speculative_blocks,
+            self.num_prefill_checkpoint_blocks,
+            self.prefill_checkpoint_alignment,
+        )
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         extra = self.num_speculative_blocks
         if self.mamba_cache_mode == "all":
             return (cdiv(config.max_model_len, self.block_size) + extra) * self.page_size_bytes
         if self.mamba_cache_mode == "align":
-            return (2 + extra) * self.page_size_bytes
+            return (2 + extra + self.num_prefill_checkpoint_blocks) * self.page_size_bytes
         return (1 + extra) * self.page_size_bytes
 
 
