@@ -95,10 +95,8 @@ def test_layers_of_one_group_disagreeing_about_max_tp_shards_are_refused() -> No
         (full(dcp_sharded=False), "dcp_sharded"),
         (full(tokens_per_state=2), "tokens_per_state"),
         (mla(topk_buffer_width=2048), "topk_buffer_width"),
-        (
-            NS.MambaSpec(16, shapes=((4, 8),), dtypes=(BF16,), num_prefill_checkpoint_blocks=2),
-            "num_prefill_checkpoint_blocks",
-        ),
+        (NS.MambaSpec(16, shapes=((4, 8),), dtypes=(BF16,), tp_replicated=True), "tp_replicated"),
+        (NS.MambaSpec(16, shapes=((4, 8),), dtypes=(BF16,), num_heads=4), "num_heads"),
     ],
 )
 def test_unmodelled_033_field_off_its_default_is_refused_naming_layer_and_field(
@@ -106,6 +104,27 @@ def test_unmodelled_033_field_off_its_default_is_refused_naming_layer_and_field(
 ) -> None:
     with pytest.raises(SpecError, match=rf"layer 'model.layers.7'.*\.{field}="):
         from_vllm033_spec(spec, layer="model.layers.7")
+
+
+def test_mamba_prefill_checkpoints_are_modelled_both_ways() -> None:
+    """vLLM 0.32-0.33's Mamba2 layers always set one prefill checkpoint block of alignment 1."""
+    spec = NS.MambaSpec(
+        16,
+        shapes=((3, 64), (4, 8, 8)),
+        dtypes=(BF16, BF16),
+        mamba_cache_mode="align",
+        num_prefill_checkpoint_blocks=1,
+        prefill_checkpoint_alignment=1,
+    )
+    kv = from_vllm033_spec(spec, layer="model.layers.0.mixer")
+    assert (kv.num_prefill_checkpoint_blocks, kv.prefill_checkpoint_alignment) == (1, 1)
+    assert to_vllm033_spec(kv, classes=CLASSES) == spec
+    config = EngineConfig(max_model_len=4096)
+    # align mode: 2 pages + one per speculative block + one per checkpoint block (vLLM's formula)
+    assert kv.max_memory_usage_bytes(config) == 3 * kv.page_size_bytes
+    assert kv.evolve(mamba_cache_mode="none").max_memory_usage_bytes(config) == kv.page_size_bytes
+    # layers whose checkpoints differ never share one uniform-type group
+    assert kv.uniform_type_key() != kv.evolve(num_prefill_checkpoint_blocks=0).uniform_type_key()
 
 
 def test_fractional_tokens_per_state_is_refused() -> None:
@@ -116,7 +135,7 @@ def test_fractional_tokens_per_state_is_refused() -> None:
 
 def test_unknown_033_class_is_refused_by_name() -> None:
     ring = NS.CircularBufferSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
-    with pytest.raises(SpecError, match=r"layer 'ring': vLLM 0.33 spec type CircularBufferSpec"):
+    with pytest.raises(SpecError, match=r"layer 'ring': vLLM 0.29\+ spec type CircularBufferSpec"):
         from_vllm033_spec(ring, layer="ring")
 
 
@@ -314,24 +333,22 @@ def test_auto_and_unset_select_the_line_preset(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.fixture
 def fake_vllm033(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """vLLM 0.33's builder module and ``vllm.platforms`` with an active platform class."""
-
-    class Builder:
-        def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: Any) -> Any:
-            raise NotImplementedError
+    """A vLLM of the 0.33 line (its builder module and classes) and ``vllm.platforms`` with an
+    active platform class."""
 
     class Platform:
         @classmethod
         def get_kv_cache_config_builder_cls(cls, vllm_config: Any) -> str:
             return "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder"
 
-    base = types.ModuleType(vllm033.BUILDER_BASE_MODULE)
-    base.KVCacheConfigBuilder = Builder  # type: ignore[attr-defined]
+    modules, _ = vs.fake_vllm_modules("0.33")
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = Platform()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, base.__name__, base)
     monkeypatch.setitem(sys.modules, platforms.__name__, platforms)
     yield Platform
+    kv_vllm.uninstall()
     vllm_platform.restore_platform_hook(Platform)
 
 
@@ -346,8 +363,9 @@ def test_general_plugin_sets_the_public_hook_on_033(
     kv_vllm.vllm_general_plugin()
     assert platform.get_kv_cache_config_builder_cls(None) == vllm033.BUILDER_QUALNAME
     assert vllm033.state(classes=CLASSES).strategy_set == "default"
-    assert kv_vllm.installed_strategies() is None  # 0.33: no private function replaced
-    vllm_platform.restore_platform_hook(platform)
+    assert kv_vllm.installed_strategies() == "default"
+    assert kv_vllm.installed_line() is not None and kv_vllm.installed_line().name == "0.33"
+    kv_vllm.uninstall()  # 0.33: no private function was replaced, the hook is given back
     assert platform.get_kv_cache_config_builder_cls(None) == default
 
 

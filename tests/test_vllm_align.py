@@ -192,16 +192,16 @@ def test_an_inherited_hook_is_wrapped_on_the_subclass_and_removed_again() -> Non
 
 @pytest.fixture
 def fake_platforms(monkeypatch: pytest.MonkeyPatch) -> Iterator[type]:
-    """``vllm.platforms`` with a platform stand-in as the active platform, and 0.28's utils module."""
+    """``vllm.platforms`` with a platform stand-in as the active platform, and a vLLM of the 0.28 line."""
     platform = vs.vllm_platform_class()
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = platform()  # type: ignore[attr-defined]
-    utils = types.ModuleType(kv_vllm.UTILS_MODULE)
-    for name in kv_vllm.DROP_IN_NAMES:
-        setattr(utils, name, lambda *a: None)
+    modules, _ = vs.fake_vllm_modules("0.28")
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "vllm.v1.core.kv_cache_config_builder", None)
     monkeypatch.setitem(sys.modules, platforms.__name__, platforms)
-    monkeypatch.setitem(sys.modules, utils.__name__, utils)
-    monkeypatch.setattr(vllm_align, "real_view", lambda: VIEW)
+    monkeypatch.setattr(vllm_align, "real_view", lambda device_type=None: VIEW)
     kv_vllm.uninstall()
     yield platform
     kv_vllm.uninstall()
@@ -254,6 +254,21 @@ def test_the_mixin_runs_the_platforms_method_then_kvrules(fake_platforms: type) 
     cfg = vs.pair_config()
     plain.update_block_size_for_backend(cfg)
     assert values(cfg) == vs.VLLM_PAIR_VALUES
+
+
+def test_the_cpu_platform_starts_from_its_own_base_block() -> None:
+    """vLLM's CPU platform skips the generic preferred-size phase: 0.29-0.32 aligns hybrids from
+    the block its check_and_update_config set (128, or the user's); 0.33 prefers 128."""
+    cpu = vllm_align.EngineView(lambda cfg: [vs.Backend(kernel=32)], lambda cfg: None, "cpu")
+    gpu = vllm_align.EngineView(lambda cfg: [vs.Backend(kernel=32)], lambda cfg: None)
+    backends = [vs.Backend(kernel=32)]
+    assert vllm_align.phase_one_block(backends, "0.32", cpu, 128) == 128
+    assert vllm_align.phase_one_block(backends, "0.32", cpu, 256) == 256  # the user's --block-size
+    assert vllm_align.phase_one_block(backends, "0.33", cpu, None) == vllm_align.CPU_BASE_BLOCK
+    assert vllm_align.phase_one_block(backends, "0.32", gpu, 128) == 32  # the generic rule: preferred
+    cfg = vs.pair_config()
+    assert vllm_align.kernel_alignment(cfg, backends, "0.32", cpu, 128) == 128
+    assert vllm_align.kernel_alignment(cfg, backends, "0.32", gpu, 128) == 32
 
 
 def test_importing_the_aligner_never_imports_vllm() -> None:

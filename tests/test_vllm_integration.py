@@ -509,14 +509,16 @@ def test_reset_and_a_replaced_default_manager_start_a_new_state(fresh_states: No
 # -- install / uninstall ---------------------------------------------------------------------
 @pytest.fixture
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[types.ModuleType, types.ModuleType]]:
-    """``vllm.v1.core.kv_cache_utils`` and ``vllm.v1.engine.core`` (which imported one function)."""
+    """A vLLM of the 0.28 line (its seam's functions with vLLM's signatures, 0.28's classes), and
+    ``vllm.v1.engine.core``, which imported one function."""
     kv_vllm.uninstall()
-    utils = types.ModuleType("vllm.v1.core.kv_cache_utils")
-    for name in kv_vllm.DROP_IN_NAMES:
-        setattr(utils, name, lambda *a, _name=name: ("vllm", _name))
+    modules, _ = vs.fake_vllm_modules("0.28")
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "vllm.v1.core.kv_cache_config_builder", None)
+    utils = modules[kv_vllm.UTILS_MODULE]
     engine = types.ModuleType("vllm.v1.engine.core")
     engine.get_kv_cache_configs = utils.get_kv_cache_configs  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, utils.__name__, utils)
     monkeypatch.setitem(sys.modules, engine.__name__, engine)
     yield utils, engine
     kv_vllm.uninstall()
@@ -581,8 +583,10 @@ def test_install_again_repairs_a_reloaded_module(
 ) -> None:
     utils, engine = fake_vllm
     kv_vllm.install()
-    fresh = {name: (lambda *a: "reloaded") for name in kv_vllm.DROP_IN_NAMES}
-    for name, fn in fresh.items():  # what importlib.reload does to vLLM's module
+    fresh = {  # what importlib.reload makes: vLLM's functions again, new objects
+        name: vs.seam_function(name, vs.SEAMS["0.28"][name], []) for name in kv_vllm.DROP_IN_NAMES
+    }
+    for name, fn in fresh.items():
         setattr(utils, name, fn)
     with structlog.testing.capture_logs() as logs:
         kv_vllm.install()
@@ -614,20 +618,51 @@ def test_install_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_general_plugin_installs_only_when_asked(
     fake_vllm: tuple[types.ModuleType, types.ModuleType], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vllm_platform, "vllm_line", lambda: "0.28")  # a real 0.33 may be installed
     monkeypatch.delenv(kv_vllm.STRATEGIES_ENV, raising=False)
     kv_vllm.vllm_general_plugin()
     assert kv_vllm.installed_strategies() is None
     monkeypatch.setenv(kv_vllm.STRATEGIES_ENV, "default")
     kv_vllm.vllm_general_plugin()
     assert kv_vllm.installed_strategies() == "default"
+    monkeypatch.setenv(kv_vllm.STRATEGIES_ENV, "auto")
+    kv_vllm.vllm_general_plugin()
+    assert kv_vllm.installed_strategies() == "vllm-0.28"
+    assert kv_vllm.installed_line() is not None and kv_vllm.installed_line().releases == "0.27-0.28"
+
+
+def test_general_plugin_with_an_unknown_set_logs_one_error_and_leaves_vllm(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    utils, _ = fake_vllm
+    original = utils.get_kv_cache_configs
+    monkeypatch.setenv(kv_vllm.STRATEGIES_ENV, "no-such-set")
+    with structlog.testing.capture_logs() as logs:
+        kv_vllm.vllm_general_plugin()
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert [e["event"] for e in errors] == ["kvrules.vllm.not_installed"]
+    assert "no-such-set" in errors[0]["reason"]
+    assert utils.get_kv_cache_configs is original and kv_vllm.installed_strategies() is None
+    monkeypatch.setenv("KVRULES_VLLM_STRICT", "1")
+    with pytest.raises(kvrules.PluginError, match="no-such-set"):
+        kv_vllm.vllm_general_plugin()
+
+
+def test_general_plugin_refuses_a_strict_switch_that_is_not_a_boolean(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(kv_vllm.STRATEGIES_ENV, "auto")
+    monkeypatch.setenv("KVRULES_VLLM_STRICT", "sometimes")
+    with pytest.raises(kvrules.ConfigError, match="KVRULES_VLLM_STRICT='sometimes'"):
+        kv_vllm.vllm_general_plugin()
+    assert kv_vllm.installed_strategies() is None
 
 
 def test_parse_strategies() -> None:
     assert kv_vllm.parse_strategies("vllm") == "vllm"
     assert kv_vllm.parse_strategies(" vllm , min-padding ") == ["vllm", "min-padding"]
-    assert kv_vllm.parse_strategies("") == "vllm"
+    assert kv_vllm.parse_strategies("") == "vllm-0.28"
     assert kv_vllm.parse_strategies("auto") == "vllm-0.28"
+    assert kv_vllm.parse_strategies("auto", "vllm-0.33") == "vllm-0.33"
     assert kv_vllm.parse_strategies("auto,min-padding") == ["vllm-0.28", "min-padding"]
 
 

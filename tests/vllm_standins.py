@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import json
 from dataclasses import dataclass, field
 from math import prod
@@ -426,6 +427,7 @@ def namespace_033() -> SimpleNamespace:
         num_blocks: int
         kv_cache_tensors: list[Any]
         kv_cache_groups: list[Any] = field(default_factory=list)
+        prefix_cache_retention_interval: int | None = None
         kv_cache_layout: str | None = None
 
     return SimpleNamespace(
@@ -534,3 +536,68 @@ def vllm_platform_class(values: tuple[int, int | None, int | None] = VLLM_PAIR_V
             cache.block_size, cache.mamba_block_size, cache.mamba_page_size_padded = values
 
     return Platform
+
+
+# -- a whole vLLM line's planning seam, as modules ---------------------------------------------
+def seam_function(name: str, params: tuple[str, ...], calls: list[tuple[str, tuple[Any, ...]]]) -> Any:
+    """A function that records its calls and answers ``("vllm", name)``, with vLLM's parameter
+    names as its signature (what kvrules' seam detection reads)."""
+
+    def seam(*args: Any) -> Any:
+        calls.append((name, args))
+        return ("vllm", name)
+
+    seam.__name__ = seam.__qualname__ = name
+    seam.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params]
+    )
+    return seam
+
+
+SEAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "0.28": {
+        "unify_kv_cache_spec_page_size": ("kv_cache_spec",),
+        "get_kv_cache_groups": ("vllm_config", "kv_cache_spec"),
+        "get_kv_cache_config_from_groups": ("vllm_config", "kv_cache_groups", "available_memory"),
+        "get_kv_cache_configs": ("vllm_config", "kv_cache_specs", "available_memory"),
+    },
+    "0.32": {
+        "get_kv_cache_groups": ("vllm_config", "kv_cache_spec"),
+        "_pool_bytes_per_block": ("vllm_config", "kv_cache_groups"),
+        "get_kv_cache_config_from_groups": ("vllm_config", "kv_cache_groups", "available_memory"),
+        "get_kv_cache_configs": ("vllm_config", "kv_cache_specs", "available_memory"),
+    },
+    "0.33": {"get_kv_cache_capacity": ("vllm_config", "kv_cache_config")},
+}
+
+
+def fake_vllm_modules(line: str) -> tuple[dict[str, Any], list[tuple[str, tuple[Any, ...]]]]:
+    """The modules of a stand-in vLLM of ``line`` (``"0.28"``, ``"0.32"``, ``"0.33"``) by name,
+    for ``sys.modules``: ``kv_cache_utils`` with that line's seam functions (each records its
+    calls in the returned list), ``kv_cache_interface`` with that line's classes and, on 0.33,
+    the builder module."""
+    import types
+
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    utils = types.ModuleType("vllm.v1.core.kv_cache_utils")
+    for name, params in SEAMS[line].items():
+        setattr(utils, name, seam_function(name, params, calls))
+    interface = types.ModuleType("vllm.v1.kv_cache_interface")
+    for name, value in vars(namespace() if line == "0.28" else namespace_033()).items():
+        setattr(interface, name, value)
+    modules: dict[str, Any] = {utils.__name__: utils, interface.__name__: interface}
+    if line == "0.33":
+        builder = types.ModuleType("vllm.v1.core.kv_cache_config_builder")
+
+        class KVCacheConfigBuilder:
+            def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: Any) -> Any:
+                raise NotImplementedError
+
+            def get_kv_cache_config_from_groups(
+                self, vllm_config: Any, kv_cache_groups: Any, num_blocks: int
+            ) -> Any:
+                raise NotImplementedError
+
+        builder.KVCacheConfigBuilder = KVCacheConfigBuilder  # type: ignore[attr-defined]
+        modules[builder.__name__] = builder
+    return modules, calls

@@ -23,9 +23,8 @@ import dataclasses
 import importlib
 import logging
 import os
-import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -33,9 +32,12 @@ from typing import Any
 from kvrules import logs
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
-from kvrules.errors import CapacityError, ConfigError, GroupingError
-from kvrules.integrations import vllm033, vllm_platform
+from kvrules.errors import CapacityError, ConfigError, GroupingError, PluginError
+from kvrules.integrations import vllm032, vllm033, vllm_lines, vllm_platform
+from kvrules.integrations import vllm_fallback as fallback
 from kvrules.integrations.vllm_config import VllmSettings, read_vllm_config
+from kvrules.integrations.vllm_lines import UnknownVllmSeamError, VllmLine
+from kvrules.integrations.vllm_patches import Patches
 from kvrules.integrations.vllm_specs import (
     ConversionCache,
     VllmClasses,
@@ -428,15 +430,21 @@ class VllmAdapter:
         return to_kv_cache_configs(plan, classes=self.classes, cache=self.cache)
 
 
-# -- module-level drop-ins -------------------------------------------------------------------
+# -- module-level drop-ins (the 0.28 line) -----------------------------------------------------
 _lock = threading.RLock()
 _default_adapter: VllmAdapter | None = None
 
 
 @dataclass
 class _Installation:
-    adapter: VllmAdapter
-    patched: list[tuple[ModuleType, str, Any]]
+    """What :func:`install` put in place: the line, the replacements, and on the 0.28 line the
+    adapter that answers them."""
+
+    line: VllmLine
+    patches: Patches | None
+    adapter: VllmAdapter | None
+    key: tuple[Any, ...]
+    strategy_set: str
 
 
 _installation: _Installation | None = None
@@ -445,28 +453,56 @@ _installation: _Installation | None = None
 def _adapter() -> VllmAdapter:
     global _default_adapter
     with _lock:
-        if _installation is not None:
+        if _installation is not None and _installation.adapter is not None:
             return _installation.adapter
         if _default_adapter is None:
             _default_adapter = VllmAdapter(DEFAULT_STRATEGIES)
         return _default_adapter
 
 
+def _answer(seam: str, layers: Iterable[str], ours: Callable[[], Any], args: tuple[Any, ...]) -> Any:
+    """``ours()``, through the fallback when :func:`install` replaced vLLM's ``seam`` (vLLM's own
+    function answers where kvrules cannot); called directly, kvrules' answer or its error."""
+    with _lock:
+        inst = _installation
+    patches = inst.patches if inst is not None and inst.line.name == "0.28" else None
+    if patches is None:
+        return ours()
+    return fallback.answer(
+        fallback.GROUPING, seam, "0.28", layers, ours, lambda: patches.original(seam)(*args)
+    )
+
+
 def unify_kv_cache_spec_page_size(kv_cache_spec: dict[str, Any]) -> dict[str, Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
-    return _adapter().unify_kv_cache_spec_page_size(kv_cache_spec)
+    return _answer(  # type: ignore[no-any-return]
+        "unify_kv_cache_spec_page_size",
+        kv_cache_spec,
+        lambda: _adapter().unify_kv_cache_spec_page_size(kv_cache_spec),
+        (kv_cache_spec,),
+    )
 
 
 def get_kv_cache_groups(vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
-    return _adapter().get_kv_cache_groups(vllm_config, kv_cache_spec)
+    return _answer(  # type: ignore[no-any-return]
+        "get_kv_cache_groups",
+        kv_cache_spec,
+        lambda: _adapter().get_kv_cache_groups(vllm_config, kv_cache_spec),
+        (vllm_config, kv_cache_spec),
+    )
 
 
 def get_kv_cache_configs(
     vllm_config: Any, kv_cache_specs: list[dict[str, Any]], available_memory: list[int]
 ) -> list[Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
-    return _adapter().get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory)
+    return _answer(  # type: ignore[no-any-return]
+        "get_kv_cache_configs",
+        [name for worker in kv_cache_specs for name in worker],
+        lambda: _adapter().get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory),
+        (vllm_config, kv_cache_specs, available_memory),
+    )
 
 
 _DROP_INS: dict[str, Callable[..., Any]] = {
@@ -487,68 +523,115 @@ def _import_utils() -> ModuleType:
         ) from exc
 
 
-def _vllm_modules() -> list[ModuleType]:
-    return [
-        m for m in list(sys.modules.values()) if isinstance(m, ModuleType) and m.__name__.startswith("vllm")
-    ]
+def resolve_strategies(strategies: StrategySpec, line: VllmLine) -> StrategySpec:
+    """``None`` or ``"auto"`` -> the line's preset; ``auto`` inside a list likewise."""
+    if strategies is None:
+        return line.preset
+    if isinstance(strategies, str):
+        return vllm033.parse_strategies(strategies, line.preset)
+    names = [line.preset if n == "auto" else n for n in strategies]
+    return names
 
 
-def _patch(utils: ModuleType) -> list[tuple[ModuleType, str, Any]]:
-    """Replace every reference to vLLM's functions that is not kvrules' yet; returns what changed."""
-    patched: list[tuple[ModuleType, str, Any]] = []
-    for name, ours in _DROP_INS.items():
-        original = utils.__dict__.get(name)
-        if original is None or original is ours:
-            continue
-        for module in _vllm_modules():
-            if module.__dict__.get(name) is original:
-                setattr(module, name, ours)
-                patched.append((module, name, original))
-    return patched
+def install(strategies: StrategySpec = None, *, plugin_manager: KVRulesPluginManager | None = None) -> None:
+    """Route the installed vLLM's KV-cache planning through kvrules, on whichever line it is.
 
+    The line is told by its planning seam (:mod:`kvrules.integrations.vllm_lines`):
 
-def install(
-    strategies: StrategySpec = DEFAULT_STRATEGIES, *, plugin_manager: KVRulesPluginManager | None = None
-) -> None:
-    """Route vLLM's KV-cache planning through kvrules (the interim seam until vLLM has a hook).
+    * 0.27-0.28: replaces ``unify_kv_cache_spec_page_size``, ``get_kv_cache_groups`` and
+      ``get_kv_cache_configs`` in ``vllm.v1.core.kv_cache_utils`` and in every loaded ``vllm.*``
+      module that imported them;
+    * 0.29-0.32: replaces ``get_kv_cache_groups``, ``_pool_bytes_per_block`` and
+      ``get_kv_cache_config_from_groups`` there (:mod:`kvrules.integrations.vllm032`);
+    * 0.33+: sets the platform hook to kvrules' builder (:func:`vllm_platform.set_platform_hook`).
 
-    Replaces ``unify_kv_cache_spec_page_size``, ``get_kv_cache_groups`` and
-    ``get_kv_cache_configs`` in ``vllm.v1.core.kv_cache_utils`` and in every loaded ``vllm.*``
-    module that imported them. When the set has an aligner vLLM lacks (``default``), it also
-    wraps the active platform's ``update_block_size_for_backend`` so that block sizes are chosen
-    at engine start (:mod:`kvrules.integrations.vllm_align`); :func:`uninstall` undoes both. Idempotent: installing the same strategy set again only
-    re-applies replacements that were undone (e.g. by ``importlib.reload`` of vLLM's module);
-    another set replaces the active one. Logs one ``kvrules.vllm.installed`` event when it acts.
+    Where kvrules cannot plan an engine's specs, vLLM's own functions answer for them
+    (:mod:`kvrules.integrations.vllm_fallback`). When the set has an aligner vLLM lacks
+    (``default``), the active platform's ``update_block_size_for_backend`` is wrapped too
+    (:mod:`kvrules.integrations.vllm_align`). :func:`uninstall` undoes all of it. Idempotent:
+    installing the same set again only re-applies replacements that were undone (e.g. by
+    ``importlib.reload`` of vLLM's module); another set replaces the active one. Logs one
+    ``kvrules.vllm.installed`` event when it acts.
 
-    :param strategies: ``"vllm"`` (vLLM 0.28's behaviour, the default), ``"default"``, or a list.
+    :param strategies: ``None`` or ``"auto"``: the line's preset (``vllm-0.28`` / ``vllm-0.33``);
+        ``"default"``, another preset, or a list of rule names.
     :raises VllmNotInstalledError: vLLM is not importable.
+    :raises UnknownVllmSeamError: the installed vLLM's seam is none kvrules knows (naming it).
     :raises PluginError: an unknown strategy name.
     """
+    line = vllm_lines.detect()
+    resolved = resolve_strategies(strategies, line)
+    if line.name == "0.33":
+        _install_033(line, resolved, plugin_manager)
+        return
+    utils = _import_utils()
+    adapter: VllmAdapter | None = None
+    if line.name == "0.28":
+        adapter = made = VllmAdapter(resolved, plugin_manager=plugin_manager)
+        set_name = made.planner.strategies.name
+        key: tuple[Any, ...] = (*made.strategy_key, id(made.planner.plugin_manager))
+        ours = _DROP_INS
+    else:
+        vllm033.select(resolved, plugin_manager)
+        set_name = vllm033.state().strategy_set
+        key, ours = (set_name, id(vllm033.state().planner.plugin_manager)), vllm032.DROP_INS
+    _patch_line(line, utils, ours, adapter, key, set_name)
+
+
+def _patch_line(
+    line: VllmLine,
+    utils: ModuleType,
+    ours: Mapping[str, Callable[..., Any]],
+    adapter: VllmAdapter | None,
+    key: tuple[Any, ...],
+    set_name: str,
+) -> None:
     global _installation
-    adapter = VllmAdapter(strategies, plugin_manager=plugin_manager)
     with _lock:
-        utils = _import_utils()
         current = _installation
-        same = (
-            current is not None
-            and current.adapter.strategy_key == adapter.strategy_key
-            and (plugin_manager is None or current.adapter.planner.plugin_manager is plugin_manager)
+        same = current is not None and current.line == line and current.key == key
+        if current is not None and not same:
+            _undo(current)
+            current = None
+        patches = current.patches if current is not None and current.patches is not None else Patches(ours)
+        fresh = patches.apply(utils)
+        if current is not None and not fresh:
+            _wrap_engine_start(line)
+            return
+        _installation = _Installation(
+            line, patches, adapter if current is None else current.adapter, key, set_name
         )
-        fresh = _patch(utils)
-        if current is not None and same:
-            if not fresh:
-                _wrap_engine_start()
-                return
-            adapter = current.adapter
-        patched = (current.patched if current is not None else []) + fresh
-        _installation = _Installation(adapter, patched)
-    wrapped = _wrap_engine_start()
+        if line.name == "0.32":
+            vllm032.bind(patches)
+    wrapped = _wrap_engine_start(line)
     logs.info(
         "kvrules.vllm.installed",
-        strategy_set=adapter.planner.strategies.name,
+        strategy_set=set_name,
         vllm_version=vllm_version(),
-        replaced=sorted({f"{m.__name__}.{n}" for m, n, _ in patched}),
+        vllm_line=line.releases,
+        replaced=patches.names(),
         engine_start=wrapped,
+    )
+
+
+def _install_033(
+    line: VllmLine, strategies: StrategySpec, plugin_manager: KVRulesPluginManager | None
+) -> None:
+    global _installation
+    with _lock:
+        if _installation is not None and _installation.line != line:
+            _undo(_installation)
+        vllm033.select(strategies, plugin_manager)
+        set_name = vllm033.state().strategy_set
+        _installation = _Installation(line, None, None, (set_name,), set_name)
+    vllm_platform.set_platform_hook(strategies=strategies, plugin_manager=plugin_manager)
+    logs.info(
+        "kvrules.vllm.installed",
+        strategy_set=set_name,
+        vllm_version=vllm_version(),
+        vllm_line=line.releases,
+        replaced=[f"{vllm_platform.current_platform_class().__qualname__}.{vllm_platform.HOOK_NAME}"],
+        engine_start=_engine_start_platform.__qualname__ if _engine_start_platform is not None else None,
     )
 
 
@@ -557,17 +640,21 @@ _engine_start_platform: type | None = None
 
 def _installed_planner() -> Planner:
     """The planner of the installed set (what the engine-start wrapper asks at every call)."""
+    with _lock:
+        inst = _installation
+    if inst is not None and inst.adapter is None:
+        return vllm033.state().planner
     return _adapter().planner
 
 
-def _wrap_engine_start() -> str | None:
+def _wrap_engine_start(line: VllmLine) -> str | None:
     """Wrap the active platform's ``update_block_size_for_backend`` when the installed set has an
-    aligner vLLM 0.28 lacks (``default``: ``draft-aware-align``), else undo an earlier wrap; returns
-    the wrapped class's name. Without ``vllm.platforms`` (a stand-in vLLM: a real one always has
-    it) nothing is wrapped."""
+    aligner vLLM's line lacks (``default``: ``draft-aware-align``), else undo an earlier wrap;
+    returns the wrapped class's name. Without ``vllm.platforms`` (a stand-in vLLM: a real one
+    always has it) nothing is wrapped."""
     global _engine_start_platform
     try:
-        cls = vllm_platform.wrap_engine_start(_installed_planner, "0.28")
+        cls = vllm_platform.wrap_engine_start(_installed_planner, line.name)
     except VllmNotInstalledError:
         return None
     with _lock:
@@ -577,25 +664,29 @@ def _wrap_engine_start() -> str | None:
     return None if cls is None else cls.__qualname__
 
 
-def uninstall() -> None:
-    """Give vLLM its own planning functions back (a no-op when not installed)."""
+def _undo(current: _Installation) -> int:
+    """Take ``current`` out (under ``_lock``); returns how many replacements were undone."""
     global _installation
+    restored = current.patches.restore() if current.patches is not None else 0
+    if current.line.name == "0.32":
+        vllm032.bind(None)
+        vllm033.select(None)
+    if current.line.name == "0.33":
+        vllm_platform.restore_platform_hook()
+        restored += 1
+    _installation = None
+    return restored
+
+
+def uninstall() -> None:
+    """Give vLLM its own planning back (a no-op when not installed)."""
     with _lock:
         current = _installation
         if current is None:
             return
-        latest: dict[str, Any] = {}
-        for module, name, original in reversed(current.patched):  # newest original first
-            latest.setdefault(name, original)
-            if module.__dict__.get(name) is _DROP_INS[name]:
-                setattr(module, name, original)
-        for module in _vllm_modules():  # modules that imported kvrules' functions after install()
-            for name, original in latest.items():
-                if module.__dict__.get(name) is _DROP_INS[name]:
-                    setattr(module, name, original)
-        _installation = None
+        restored = _undo(current)
     _unwrap_engine_start()
-    logs.info("kvrules.vllm.uninstalled", restored=len(current.patched))
+    logs.info("kvrules.vllm.uninstalled", restored=restored)
 
 
 def _unwrap_engine_start() -> None:
@@ -610,59 +701,74 @@ def _unwrap_engine_start() -> None:
 def installed_strategies() -> str | None:
     """The name of the installed strategy set, or ``None`` when vLLM plans by itself."""
     with _lock:
-        return None if _installation is None else _installation.adapter.planner.strategies.name
+        return None if _installation is None else _installation.strategy_set
 
 
-def parse_strategies(text: str) -> StrategySpec:
+def installed_line() -> VllmLine | None:
+    """The vLLM line :func:`install` plugged into, or ``None`` when vLLM plans by itself."""
+    with _lock:
+        return None if _installation is None else _installation.line
+
+
+def fallbacks() -> tuple[Decision, ...]:
+    """The ``vllm-fallback`` decisions of this process: where vLLM's own planner answered
+    because kvrules could not (:mod:`kvrules.integrations.vllm_fallback`)."""
+    return fallback.decisions()
+
+
+def parse_strategies(text: str, line_preset: str = "vllm-0.28") -> StrategySpec:
     """``"vllm"`` -> ``"vllm"``; ``"vllm,min-padding"`` -> ``["vllm", "min-padding"]``;
-    ``"auto"`` -> ``"vllm-0.28"`` (the preset of this line); ``""`` -> ``"vllm"``."""
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        return DEFAULT_STRATEGIES
-    return vllm033.parse_strategies(text, vllm_platform.LINE_PRESETS["0.28"])
+    ``"auto"`` (or ``""``) -> ``line_preset``."""
+    return vllm033.parse_strategies(text, line_preset)
 
 
 def vllm_general_plugin() -> None:
     """Entry point in vLLM's ``vllm.general_plugins`` group, run in every vLLM process.
 
-    When ``KVRULES_VLLM_STRATEGIES`` is set (``auto``, ``default``, a preset or a rule list): on
-    vLLM 0.33 it sets the public platform hook ``get_kv_cache_config_builder_cls`` on the active
-    platform class to kvrules' builder (:func:`kvrules.integrations.vllm_platform.set_platform_hook`;
-    ``auto`` is ``vllm-0.33``); on vLLM 0.28, which has no hook, it calls :func:`install`
-    (``auto`` is ``vllm-0.28``). Either way, a set with an aligner vLLM lacks (``default``) also
-    wraps the platform's ``update_block_size_for_backend`` (:mod:`kvrules.integrations.vllm_align`).
-    Unset, it does nothing, so merely installing kvrules never changes vLLM.
+    Unset (or empty) ``KVRULES_VLLM_STRATEGIES`` changes nothing, so merely installing kvrules
+    never changes vLLM. Set (``auto``, ``default``, a preset or a rule list), it :func:`install` s
+    kvrules on the installed line (``auto``: the line's preset). It never stops an engine vLLM
+    could start: a vLLM whose seam kvrules does not know, or a strategy set it cannot make, is
+    one error on the logs and vLLM's own planner stays in place (``KVRULES_VLLM_STRICT`` on:
+    the error is raised). A ``KVRULES_VLLM_STRICT`` value that is not a boolean is raised here,
+    at plugin load.
     """
     text = os.environ.get(STRATEGIES_ENV, "").strip()
     if not text:
         return
-    line = vllm_platform.vllm_line()
-    if line == "0.33":
-        vllm_platform.set_platform_hook(
-            strategies=vllm033.parse_strategies(text, vllm_platform.line_preset(line))
-        )
-    else:
-        install(parse_strategies(text))
+    strict = fallback.strict()
+    try:
+        line = vllm_lines.detect()
+        install(parse_strategies(text, line.preset))
+    except (UnknownVllmSeamError, VllmNotInstalledError, PluginError) as exc:
+        if strict:
+            raise
+        logs.error("kvrules.vllm.not_installed", error=type(exc).__name__, reason=str(exc))
+        vllm_log.error("kvrules is not planning this engine (%s=%s): %s", STRATEGIES_ENV, text, exc)
 
 
 __all__ = [
     "DROP_IN_NAMES",
     "AdapterState",
     "STRATEGIES_ENV",
+    "UnknownVllmSeamError",
     "VllmAdapter",
     "VllmCapacityError",
     "VllmClasses",
     "VllmNotInstalledError",
     "WorkerSpecMismatchError",
     "adapter_state",
+    "fallbacks",
     "from_vllm_spec",
     "from_vllm_specs",
     "get_kv_cache_configs",
     "get_kv_cache_groups",
     "install",
+    "installed_line",
     "installed_strategies",
     "parse_strategies",
     "reset",
+    "resolve_strategies",
     "to_kv_cache_config",
     "to_kv_cache_configs",
     "to_kv_cache_groups",

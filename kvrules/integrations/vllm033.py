@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvrules import logs
 from kvrules.errors import ConfigError
+from kvrules.integrations import vllm_fallback as fallback
 from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec, to_vllm033_spec
 from kvrules.integrations.vllm_config import read_vllm033_config
 from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, vllm_classes
@@ -37,7 +39,7 @@ from kvrules.pipeline import Grouping, Planner
 from kvrules.pipeline.convert import convert
 from kvrules.pipeline.layout import choose_layouts, lay_out
 from kvrules.plan import BackingTensor, KVCacheGroup, WorkerPlan, backing_tensors
-from kvrules.plugin.manager import default_manager
+from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec
 from kvrules.specs.base import KVCacheSpec
 
@@ -47,8 +49,16 @@ BUILDER_QUALNAME = "kvrules.integrations.vllm033.KVRulesKVCacheConfigBuilder"
 BUILDER_BASE_MODULE = "vllm.v1.core.kv_cache_config_builder"
 #: environment variable naming the strategy set (shared with the 0.28 line)
 STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
+#: the line this module answers
+LINE = "0.33"
+#: vLLM's operators read vLLM's log: what kvrules did inside the engine is said there too
+vllm_log = logging.getLogger("vllm.kvrules")
 #: the preset that reproduces vLLM 0.33 (``auto`` / unset on this line)
 LINE_PRESET = "vllm-0.33"
+#: the ``CacheConfig`` field vLLM copies into every ``KVCacheConfig`` it places
+RETENTION = "prefix_cache_retention_interval"
+#: vLLM 0.33's own builder (what its platform hook names by default)
+DEFAULT_BUILDER_QUALNAME = "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder"
 
 
 def parse_strategies(text: str | None, line_preset: str) -> StrategySpec:
@@ -125,16 +135,19 @@ def _back_key(spec: Any, layer: str) -> tuple[tuple[str, Any], ...]:
 
 
 _lock = threading.RLock()
-_states: dict[tuple[str, ...], BuilderState] = {}
+_states: dict[tuple[Any, ...], BuilderState] = {}
 _selected: StrategySpec = None
+_manager: KVRulesPluginManager | None = None
 
 
-def select(strategies: StrategySpec) -> None:
+def select(strategies: StrategySpec, plugin_manager: KVRulesPluginManager | None = None) -> None:
     """Make ``strategies`` the set every builder of this process plans with (``None``: back to
-    ``KVRULES_VLLM_STRATEGIES`` / ``auto``)."""
-    global _selected
+    ``KVRULES_VLLM_STRATEGIES`` / ``auto``), over ``plugin_manager`` (``None``:
+    ``default_manager()``)."""
+    global _selected, _manager
     with _lock:
         _selected = strategies
+        _manager = plugin_manager
 
 
 def active_strategies() -> StrategySpec:
@@ -147,16 +160,18 @@ def active_strategies() -> StrategySpec:
 
 
 def state(strategies: StrategySpec = None, *, classes: VllmClasses | None = None) -> BuilderState:
-    """The shared state of ``strategies`` (the active set when ``None``), made on first use and
-    again when ``default_manager()`` was replaced since."""
+    """The shared state of ``strategies`` (the active set when ``None``) over the selected plugin
+    manager (else ``default_manager()``), made on first use and again when ``default_manager()``
+    was replaced since."""
     resolved = strategies if strategies is not None else active_strategies()
-    key = _key(resolved)
     with _lock:
+        manager = _manager if _manager is not None else default_manager()
+        key = (*_key(resolved), id(manager))
         found = _states.get(key)
-        if found is None or found.planner.plugin_manager is not default_manager():
-            found = BuilderState(Planner(resolved, plugin_manager=default_manager()), classes)
+        if found is None or found.planner.plugin_manager is not manager:
+            found = BuilderState(Planner(resolved, plugin_manager=manager), classes)
             _states[key] = found
-            logs.info("kvrules.vllm.builder", strategy_set=found.strategy_set, vllm_line="0.33")
+            logs.info("kvrules.vllm.builder", strategy_set=found.strategy_set)
         elif classes is not None:
             found.classes_ = classes
         return found
@@ -164,10 +179,12 @@ def state(strategies: StrategySpec = None, *, classes: VllmClasses | None = None
 
 def reset() -> None:
     """Forget every shared state and the selection (tests; a changed plugin set)."""
-    global _selected
+    global _selected, _manager
     with _lock:
         _states.clear()
+        _announced.clear()
         _selected = None
+        _manager = None
 
 
 # -- grouping ------------------------------------------------------------------------------------
@@ -211,19 +228,91 @@ def _uniform_to_vllm(st: BuilderState, group: KVCacheGroup, originals: Mapping[s
     return out
 
 
+def refuse_unplanned(vllm_config: Any) -> None:
+    """Refuse the engine settings kvrules does not plan (the integration then hands the layers to
+    vLLM): HiSparse, and a model that declares its own grouping (``SupportsKVCacheGrouping``).
+
+    :raises ConfigError: naming the setting.
+    """
+    if _attr(vllm_config, "attention_config.hisparse_config") is not None:
+        raise ConfigError(
+            "vllm_config.attention_config.hisparse_config is set: HiSparse owns its KV-cache grouping "
+            "and host pool, which kvrules does not plan"
+        )
+    if _attr(vllm_config, "model_config.supports_kv_cache_grouping") is True:
+        raise ConfigError(
+            "the model declares its own KV-cache grouping (SupportsKVCacheGrouping), which kvrules "
+            "does not replace"
+        )
+
+
+def _attr(root: Any, path: str) -> Any:
+    value = root
+    for part in path.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+@dataclass(frozen=True)
+class GroupsAnswer:
+    """kvrules' answer to ``get_kv_cache_groups``, before any side effect on vLLM's dict.
+
+    :ivar groups: vLLM's ``KVCacheGroupSpec`` list.
+    :ivar replaced: layer -> the vLLM spec ``get_kv_cache_groups`` writes into ``kv_cache_spec``
+        in place (with ``disable_hybrid_kv_cache_manager``, the layers converted to full attention).
+    :ivar route: the router that grouped the layers (``unified-page``, ``uniform-spec``, ...).
+    """
+
+    groups: list[Any]
+    replaced: dict[str, Any]
+    route: str | None
+
+
+def answer_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]) -> GroupsAnswer:
+    """kvrules' groups of vLLM's specs, checked to be placeable (bytes per block and one block),
+    with nothing changed yet: a failure at any step leaves vLLM's inputs as they were.
+
+    :raises KVRulesError: kvrules cannot plan these specs or these settings.
+    """
+    refuse_unplanned(vllm_config)
+    with _lock:
+        _announced.clear()  # a new grouping: its placement is announced again
+    originals = dict(kv_cache_spec)
+    grouping, given = _grouping(st, vllm_config, kv_cache_spec)
+    replaced = {
+        name: st.to_vllm(spec, name, carried_fields([originals[name]], name))
+        for name, spec in grouping.specs.items()
+        if name in originals
+        and spec is not given[name]
+        and type(spec).__name__ != type(originals[name]).__name__
+    }
+    groups = [_to_vllm_group(st, g, originals) for g in grouping.groups]
+    decisions = st.decisions
+    if groups:
+        pool_bytes_per_block(st, vllm_config, groups)
+        _worker_plan(st, vllm_config, groups, 1)
+    st.decisions = decisions
+    return GroupsAnswer(groups, replaced, _applied_route(decisions))
+
+
+def _applied_route(decisions: Sequence[Any]) -> str | None:
+    for d in decisions:
+        if d.stage == "route" and d.outcome == "applied":
+            return str(d.rule)
+    return None
+
+
 def get_kv_cache_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
     """vLLM 0.33's ``get_kv_cache_groups`` through kvrules.
 
     As vLLM does, with ``disable_hybrid_kv_cache_manager`` the layers converted to full attention
-    are replaced in ``kv_cache_spec`` in place.
+    are replaced in ``kv_cache_spec`` in place (only once kvrules' whole answer is ready).
     """
-    originals = dict(kv_cache_spec)
-    grouping, given = _grouping(st, vllm_config, kv_cache_spec)
-    for name, spec in grouping.specs.items():
-        if name in originals and spec is not given[name]:
-            if type(spec).__name__ != type(originals[name]).__name__:
-                kv_cache_spec[name] = st.to_vllm(spec, name, carried_fields([originals[name]], name))
-    return [_to_vllm_group(st, g, originals) for g in grouping.groups]
+    answer = answer_groups(st, vllm_config, kv_cache_spec)
+    kv_cache_spec.update(answer.replaced)
+    return answer.groups
 
 
 # -- placement -----------------------------------------------------------------------------------
@@ -300,32 +389,148 @@ def get_kv_cache_config_from_groups(
 ) -> Any:
     """vLLM 0.33's ``get_kv_cache_config_from_groups`` through kvrules: exactly ``num_blocks``
     blocks, one backing of ``bytes per block x num_blocks``, vLLM's groups kept as given."""
+    refuse_unplanned(vllm_config)
+    if not kv_cache_groups:  # an attention-free model: BlockPool still needs its null block
+        return _kv_cache_config(st, vllm_config, 1, [], [])
     settings = read_vllm033_config(vllm_config, grouping_only=True)
     plan = _worker_plan(st, vllm_config, kv_cache_groups, num_blocks)
     backing = backing_of_plan(plan, block_outermost=settings.engine.block_outermost)
-    return st.classes.KVCacheConfig(
-        num_blocks=num_blocks,
-        kv_cache_tensors=[_vllm_tensor(st.classes, t) for t in backing],
-        kv_cache_groups=list(kv_cache_groups),
+    announce(st, plan)
+    return _kv_cache_config(
+        st, vllm_config, num_blocks, [_vllm_tensor(st.classes, t) for t in backing], list(kv_cache_groups)
     )
 
 
+_announced: set[tuple[Any, ...]] = set()
+
+
+def announce(st: BuilderState, plan: WorkerPlan) -> None:
+    """Say that kvrules placed ``plan`` inside the engine: the event ``kvrules.vllm.planned`` and
+    one line on vLLM's log (``vllm.kvrules``), once per distinct placement after each grouping
+    (vLLM places the same groups several times: per worker, after converging, for profiling)."""
+    layers = sum(len(g.layer_names) for g in plan.groups)
+    fields = {
+        "strategy_set": st.strategy_set,
+        "layers": layers,
+        "groups": len(plan.groups),
+        "num_blocks": plan.num_blocks,
+        "layout": plan.layout,
+        "block_bytes": plan.allocated_bytes // plan.num_blocks if plan.num_blocks else 0,
+    }
+    key = tuple(fields.values())
+    with _lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    logs.info("kvrules.vllm.planned", **fields)
+    vllm_log.info(
+        "kvrules planned the KV cache (strategy set %s): %d layers in %d groups, %d blocks of %d bytes (%s)",
+        st.strategy_set,
+        layers,
+        len(plan.groups),
+        plan.num_blocks,
+        fields["block_bytes"],
+        plan.layout,
+    )
+
+
+def _kv_cache_config(
+    st: BuilderState, vllm_config: Any, num_blocks: int, tensors: list[Any], groups: list[Any]
+) -> Any:
+    """vLLM's ``KVCacheConfig``, with ``prefix_cache_retention_interval`` copied from the cache
+    config as vLLM copies it (where both have the field)."""
+    extra: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(st.classes.KVCacheConfig)}
+    cache = getattr(vllm_config, "cache_config", None)
+    if RETENTION in names and hasattr(cache, RETENTION):
+        extra[RETENTION] = getattr(cache, RETENTION)
+    return st.classes.KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups, **extra
+    )
+
+
+_vllm_hook: Callable[[Any], str] | None = None
+
+
+def remember_vllm_hook(hook: Callable[[Any], str] | None) -> None:
+    """What the platform's own ``get_kv_cache_config_builder_cls`` answered before kvrules took it
+    (``hook(vllm_config)`` -> a qualified name): the builder a fallback hands the layers to.
+    ``None``: vLLM's default builder."""
+    global _vllm_hook
+    with _lock:
+        _vllm_hook = hook
+
+
+def vllm_builder(vllm_config: Any) -> Any:
+    """A new instance of the builder vLLM would use without kvrules (the platform's own choice,
+    else :data:`DEFAULT_BUILDER_QUALNAME`).
+
+    :raises VllmNotInstalledError: that class cannot be imported.
+    """
+    with _lock:
+        hook = _vllm_hook
+    qualname = hook(vllm_config) if hook is not None else DEFAULT_BUILDER_QUALNAME
+    if qualname == BUILDER_QUALNAME:
+        qualname = DEFAULT_BUILDER_QUALNAME
+    module, _, name = qualname.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)()
+    except (ImportError, AttributeError) as exc:
+        from kvrules.integrations.vllm_specs import VllmNotInstalledError
+
+        raise VllmNotInstalledError(
+            f"vLLM's own KV-cache config builder {qualname} is not importable ({exc})"
+        ) from exc
+
+
+def _layers(kv_cache_groups: Sequence[Any]) -> list[str]:
+    return [name for g in kv_cache_groups for name in g.layer_names]
+
+
 class KVRulesBuilderMethods:
-    """The builder's methods, without vLLM's base class (mixed into it on first access)."""
+    """The builder's methods, without vLLM's base class (mixed into it on first access).
+
+    Each answers through :func:`kvrules.integrations.vllm_fallback.answer`: kvrules plans, and
+    where it cannot, vLLM's own builder (:func:`vllm_builder`) answers for those layers.
+    """
 
     def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
         """The KV-cache groups of the whole model (see module docstring)."""
-        return get_kv_cache_groups(state(), vllm_config, kv_cache_spec)
+        return fallback.answer(
+            fallback.GROUPING,
+            "KVCacheConfigBuilder.get_kv_cache_groups",
+            LINE,
+            kv_cache_spec,
+            lambda: get_kv_cache_groups(state(), vllm_config, kv_cache_spec),
+            lambda: vllm_builder(vllm_config).get_kv_cache_groups(vllm_config, kv_cache_spec),
+        )
 
     def get_kv_cache_config_from_groups(
         self, vllm_config: Any, kv_cache_groups: list[Any], num_blocks: int
     ) -> Any:
         """The placement of exactly ``num_blocks`` blocks of ``kv_cache_groups``."""
-        return get_kv_cache_config_from_groups(state(), vllm_config, kv_cache_groups, num_blocks)
+        return fallback.answer(
+            fallback.PLACEMENT,
+            "KVCacheConfigBuilder.get_kv_cache_config_from_groups",
+            LINE,
+            _layers(kv_cache_groups),
+            lambda: get_kv_cache_config_from_groups(state(), vllm_config, kv_cache_groups, num_blocks),
+            lambda: vllm_builder(vllm_config).get_kv_cache_config_from_groups(
+                vllm_config, kv_cache_groups, num_blocks
+            ),
+        )
 
     def _get_pool_bytes_per_block(self, vllm_config: Any, kv_cache_groups: list[Any]) -> int | None:
         """Bytes per block, declared so Core need not probe a one-block placement."""
-        return pool_bytes_per_block(state(), vllm_config, kv_cache_groups)
+        found: int | None = fallback.answer(
+            fallback.PLACEMENT,
+            "KVCacheConfigBuilder._get_pool_bytes_per_block",
+            LINE,
+            _layers(kv_cache_groups),
+            lambda: pool_bytes_per_block(state(), vllm_config, kv_cache_groups),
+            lambda: vllm_builder(vllm_config)._get_pool_bytes_per_block(vllm_config, kv_cache_groups),
+        )
+        return found
 
 
 _made: dict[type, type] = {}
@@ -377,7 +582,10 @@ __all__ = [
     "BuilderState",
     "KVRulesBuilderMethods",
     "LINE_PRESET",
+    "DEFAULT_BUILDER_QUALNAME",
+    "GroupsAnswer",
     "active_strategies",
+    "answer_groups",
     "backing_of_plan",
     "builder_class",
     "get_kv_cache_config_from_groups",
@@ -385,7 +593,10 @@ __all__ = [
     "parse_strategies",
     "plan_groups",
     "pool_bytes_per_block",
+    "refuse_unplanned",
+    "remember_vllm_hook",
     "reset",
     "select",
     "state",
+    "vllm_builder",
 ]

@@ -74,9 +74,9 @@ def _kinds(spec_types: Mapping[str, type[KVCacheSpec]] | None) -> dict[str, type
 
 def _refuse(layer: str | None, vname: str, name: str, value: Any, default: Any) -> SpecError:
     return SpecError(
-        f"{_where(layer)}: vLLM 0.33 {vname}.{name}={value!r} is not modelled by kvrules (only its "
-        f"default {default!r} can be planned exactly); plan this model with vLLM's own builder "
-        "(leave the platform hook unset) or register a kvrules spec type for it"
+        f"{_where(layer)}: vLLM's {vname}.{name}={value!r} is not modelled by kvrules (only its "
+        f"default {default!r} can be planned exactly); inside an engine vLLM's own planner plans "
+        "such a model (rule vllm-fallback); outside one, register a kvrules spec type that models it"
     )
 
 
@@ -151,9 +151,9 @@ def _from_vllm033(
         spec,
         layer,
         kinds,
-        "vLLM 0.33",
-        "Plan this model with vLLM's own builder (leave the platform hook unset) or register a kvrules "
-        "spec type of that class name through a plugin",
+        "vLLM 0.29+",
+        "Inside an engine vLLM's own planner plans such a model (rule vllm-fallback); outside one, "
+        "register a kvrules spec type of that class name through a plugin",
     )
     kwargs = _kwargs_from_vllm(spec, layer, kcls, kinds, member)
     kv = built_from_vllm(kcls, kwargs, layer, f"vLLM 0.33 {vname}")

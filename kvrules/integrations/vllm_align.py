@@ -56,8 +56,11 @@ RULE = "engine-start"
 DEFAULT_BLOCK_SIZE = 16
 #: the smallest block vLLM gives a hybrid MLA model (``_align_hybrid_block_size``)
 MLA_HYBRID_BLOCK = 128
+#: the base block of vLLM's CPU platform (0.29-0.32: ``CpuPlatform.check_and_update_config``
+#: sets it before ``update_block_size_for_backend`` runs; 0.33: that method prefers it)
+CPU_BASE_BLOCK = 128
 #: the line -> the preset that reproduces it (its aligners are vLLM's own rule)
-LINE_PRESETS = {"0.28": "vllm-0.28", "0.33": "vllm-0.33"}
+LINE_PRESETS = {"0.28": "vllm-0.28", "0.32": "vllm-0.33", "0.33": "vllm-0.33"}
 #: speculative methods whose draft is the target's own MTP layers
 MTP_METHODS = ("mtp",)
 
@@ -99,10 +102,13 @@ class EngineView:
         order (vLLM's ``_find_non_ssm_backend(s)``).
     :ivar checkpoint_alignment: ``vllm_config`` -> vLLM 0.33's Mamba prefill checkpoint
         alignment (``get_mamba_prefill_checkpoint_alignment``; ``None`` on 0.28 or without one).
+    :ivar device_type: the platform's ``device_type`` (``"cpu"`` picks the CPU platform's own
+        block-size rule, :func:`phase_one_block`); ``None``: vLLM's generic rule.
     """
 
     backends: Callable[[Any], list[Any]]
     checkpoint_alignment: Callable[[Any], int | None]
+    device_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -237,25 +243,43 @@ def _min_kernel(backend: Any) -> int:
     return min(sizes) if sizes else 1
 
 
-def _preferred_block(backends: Sequence[Any], line: str) -> int:
-    """vLLM's phase 1: the first backend's preferred size (0.28, or one backend), else the
-    default when every backend takes it, else the lcm of their smallest kernel blocks."""
+def _preferred_block(backends: Sequence[Any], line: str, default: int = DEFAULT_BLOCK_SIZE) -> int:
+    """vLLM's phase 1: the first backend's preferred size (0.28, or one backend), else ``default``
+    when every backend takes it, else the lcm of their smallest kernel blocks."""
     if line == "0.28" or len(backends) == 1:
-        return int(backends[0].get_preferred_block_size(DEFAULT_BLOCK_SIZE))
-    if all(b.supports_block_size(DEFAULT_BLOCK_SIZE) for b in backends):
-        return DEFAULT_BLOCK_SIZE
+        return int(backends[0].get_preferred_block_size(default))
+    if all(b.supports_block_size(default) for b in backends):
+        return default
     return math.lcm(*(_min_kernel(b) for b in backends))
 
 
-def kernel_alignment(vllm_config: Any, backends: Sequence[Any], line: str, view: EngineView) -> int:
+def phase_one_block(backends: Sequence[Any], line: str, view: EngineView, before: int | None) -> int:
+    """The block size the platform's rule starts hybrid alignment from.
+
+    vLLM's generic rule (GPU platforms): the backends' preferred size (:func:`_preferred_block`).
+    vLLM's CPU platform: 0.29-0.32 skips that phase and starts from the block size its
+    ``check_and_update_config`` set (:data:`CPU_BASE_BLOCK`, or the user's), ``before`` the method
+    ran; 0.33 prefers :data:`CPU_BASE_BLOCK` through the backends.
+    """
+    if view.device_type == "cpu":
+        if line == "0.33":
+            return _preferred_block(backends, line, CPU_BASE_BLOCK)
+        return before if before is not None else CPU_BASE_BLOCK
+    return _preferred_block(backends, line)
+
+
+def kernel_alignment(
+    vllm_config: Any, backends: Sequence[Any], line: str, view: EngineView, before: int | None = None
+) -> int:
     """The multiple every aligned block size is made of, as ``_align_hybrid_block_size`` takes it:
-    ``max(smallest kernel block of the first backend, the phase-1 block size)``, at least 128 for
-    MLA; on 0.33 also a multiple of every backend's smallest kernel block and, in ``align`` mode,
-    of the Mamba prefill checkpoint alignment. A documented equivalent of vLLM's private
-    computation: where it differs from vLLM's, the consistency check of :func:`align_engine_start`
-    declines."""
+    ``max(smallest kernel block of the first backend, the phase-1 block size)`` (the platform's
+    own phase 1, :func:`phase_one_block`; ``before``: ``cache_config.block_size`` before the
+    platform's method ran), at least 128 for MLA; after 0.28 also a multiple of every backend's
+    smallest kernel block and, in ``align`` mode, of the Mamba prefill checkpoint alignment. A
+    documented equivalent of vLLM's private computation: where it differs from vLLM's, the
+    consistency check of :func:`align_engine_start` declines."""
     with _current(vllm_config):
-        alignment = max(_min_kernel(backends[0]), _preferred_block(backends, line))
+        alignment = max(_min_kernel(backends[0]), phase_one_block(backends, line, view, before))
         if _attr(vllm_config, "model_config.use_mla", False):
             alignment = max(alignment, MLA_HYBRID_BLOCK)
         if line != "0.28":
@@ -446,15 +470,19 @@ def reproduce_vllm(model: EngineModel, planner: Planner, line: str, theirs: Bloc
     return VllmSide(specs, names, real)
 
 
-def choose(vllm_config: Any, planner: Planner, line: str, view: EngineView) -> Choice:
-    """kvrules' three values for ``vllm_config`` after vLLM's own method ran (module docstring).
+def choose(
+    vllm_config: Any, planner: Planner, line: str, view: EngineView, before: BlockValues | None = None
+) -> Choice:
+    """kvrules' three values for ``vllm_config`` after vLLM's own method ran (module docstring;
+    ``before``: the values before it ran).
 
     :raises Declined: where kvrules' choice cannot be expressed or checked.
     """
     backends = view.backends(vllm_config)
     if not backends:
         raise Declined("the model has no attention backend; there is no block size to choose")
-    model = read_engine_model(vllm_config, kernel_alignment(vllm_config, backends, line, view))
+    base = before.block_size if before is not None else None
+    model = read_engine_model(vllm_config, kernel_alignment(vllm_config, backends, line, view, base))
     mode, theirs = model.options.mamba_cache_mode, vllm_values(vllm_config)
     side = reproduce_vllm(model, planner, line, theirs)
     built = _build(model, planner.strategies.names(), planner)
@@ -499,9 +527,17 @@ def last_decision() -> Decision | None:
 
 
 def align_engine_start(
-    vllm_config: Any, planner: Planner, line: str, view: EngineView | None = None
+    vllm_config: Any,
+    planner: Planner,
+    line: str,
+    view: EngineView | None = None,
+    *,
+    before: BlockValues | None = None,
 ) -> Decision:
     """Set kvrules' block sizes on ``vllm_config`` after vLLM's own method ran, or decline.
+
+    :param before: the cache values before vLLM's method ran (the CPU platform's rule starts from
+        them, :func:`phase_one_block`).
 
     Never raises: a declined or failed alignment leaves vLLM's values and says why.
     """
@@ -517,7 +553,7 @@ def align_engine_start(
             )
         )
     try:
-        choice = choose(vllm_config, planner, line, resolved)
+        choice = choose(vllm_config, planner, line, resolved, before)
     except Declined as why:
         return _record(Decision(STAGE, RULE, "declined", None, f"{why}; vLLM's block sizes stand."))
     except Exception as exc:  # never stop an engine vLLM would start: record and keep vLLM's choice
@@ -560,12 +596,20 @@ def _real_checkpoint_alignment(vllm_config: Any) -> int | None:
     return None if find is None else find(vllm_config)
 
 
-def real_view() -> EngineView:
-    """The installed vLLM's backends (imported when called)."""
-    return EngineView(_real_backends, _real_checkpoint_alignment)
+def real_view(device_type: str | None = None) -> EngineView:
+    """The installed vLLM's backends (imported when called), on a platform of ``device_type``."""
+    return EngineView(_real_backends, _real_checkpoint_alignment, device_type)
 
 
 # -- wrapping --------------------------------------------------------------------------------
+def _values_or_none(vllm_config: Any) -> BlockValues | None:
+    """:func:`vllm_values`, or ``None`` where ``vllm_config`` has no readable cache values."""
+    try:
+        return vllm_values(vllm_config)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def _raw(platform_cls: type) -> Any:
     """The hook's descriptor as ``platform_cls`` resolves it (``None``: no class has one)."""
     for klass in platform_cls.__mro__:
@@ -581,10 +625,12 @@ def is_kvrules_hook(raw: Any) -> bool:
 
 def _wrapper(platform_cls: type, original: Any) -> classmethod[Any, Any, None]:
     def update_block_size_for_backend(cls: type, vllm_config: Any) -> None:
+        before = _values_or_none(vllm_config)
         original.__get__(None, cls)(vllm_config)
         entry = _wrapped.get(platform_cls)
         if entry is not None:
-            align_engine_start(vllm_config, entry.planner(), entry.line, entry.view)
+            view = entry.view or real_view(getattr(cls, "device_type", None))
+            align_engine_start(vllm_config, entry.planner(), entry.line, view, before=before)
 
     update_block_size_for_backend._kvrules_engine_start = True  # type: ignore[attr-defined]
     update_block_size_for_backend.__doc__ = getattr(original, "__doc__", None)
@@ -640,6 +686,7 @@ __all__ = [
     "Declined",
     "EngineModel",
     "EngineView",
+    "CPU_BASE_BLOCK",
     "align_engine_start",
     "check_expressible",
     "check_kernels",
@@ -649,6 +696,7 @@ __all__ = [
     "is_kvrules_hook",
     "is_wrapped",
     "kernel_alignment",
+    "phase_one_block",
     "last_decision",
     "read_engine_model",
     "real_view",

@@ -22,22 +22,22 @@ own method (in the worker process, where vLLM runs it). The 0.28 line's ``instal
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
 import threading
 from typing import Any
 
 from kvrules import logs
 from kvrules.integrations import vllm_align
-from kvrules.integrations.vllm033 import BUILDER_BASE_MODULE, BUILDER_QUALNAME, select, state
+from kvrules.integrations.vllm033 import BUILDER_QUALNAME, remember_vllm_hook, select, state
+from kvrules.integrations.vllm_lines import LINES, detect
 from kvrules.integrations.vllm_specs import VllmNotInstalledError
 from kvrules.pipeline import Planner
+from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.plugin.presets import StrategySpec
 
 #: the platform classmethod that names the builder (vLLM 0.33)
 HOOK_NAME = "get_kv_cache_config_builder_cls"
 #: the presets reproducing each vLLM line
-LINE_PRESETS: dict[str, str] = {"0.28": "vllm-0.28", "0.33": "vllm-0.33"}
+LINE_PRESETS: dict[str, str] = {name: line.preset for name, line in LINES.items()}
 
 _lock = threading.RLock()
 #: platform class -> the hook it had before :func:`set_platform_hook` (in its own ``__dict__``)
@@ -45,26 +45,13 @@ _saved: dict[type, Any] = {}
 
 
 def vllm_line() -> str:
-    """``"0.33"`` when vLLM's builder seam is importable, ``"0.28"`` otherwise.
+    """The installed vLLM's line, ``"0.28"``, ``"0.32"`` or ``"0.33"``, told by its planning seam
+    (:func:`kvrules.integrations.vllm_lines.detect`).
 
     :raises VllmNotInstalledError: vLLM is not importable at all.
+    :raises UnknownVllmSeamError: its seam is none kvrules knows.
     """
-    if _find(BUILDER_BASE_MODULE) is not None:
-        return "0.33"
-    if _find("vllm.v1.core.kv_cache_utils") is not None:
-        return "0.28"
-    raise VllmNotInstalledError("vLLM is not importable; install it with `pip install 'kvrules[vllm]'`")
-
-
-def _find(name: str) -> object | None:
-    """The loaded module ``name``, else its import spec, else ``None`` (imports parents only)."""
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        return loaded
-    try:
-        return importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
+    return detect().name
 
 
 def line_preset(line: str | None = None) -> str:
@@ -84,12 +71,14 @@ def _planner_033() -> Planner:
 
 def _mixin_update_block_size(cls: Any, vllm_config: Any) -> None:
     """The mixin's ``update_block_size_for_backend``: the platform's own, then kvrules' choice."""
+    before = vllm_align.vllm_values(vllm_config)
     parent = getattr(super(KVRulesPlatformMixin, cls), vllm_align.HOOK_NAME, None)
     if parent is not None:
         parent(vllm_config)
     if cls.kvrules_strategies is not None:
         select(cls.kvrules_strategies)
-    vllm_align.align_engine_start(vllm_config, _planner_033(), "0.33")
+    view = vllm_align.real_view(getattr(cls, "device_type", None))
+    vllm_align.align_engine_start(vllm_config, _planner_033(), "0.33", view, before=before)
 
 
 _mixin_update_block_size._kvrules_engine_start = True  # type: ignore[attr-defined]
@@ -110,9 +99,12 @@ class KVRulesPlatformMixin:
 
     @classmethod
     def get_kv_cache_config_builder_cls(cls, vllm_config: Any) -> str:
-        """The qualified name of kvrules' ``KVCacheConfigBuilder``."""
+        """The qualified name of kvrules' ``KVCacheConfigBuilder`` (the platform's own builder,
+        the next class's answer, is where a fallback hands layers)."""
         if cls.kvrules_strategies is not None:
             select(cls.kvrules_strategies)
+        parent = getattr(super(), HOOK_NAME, None)
+        remember_vllm_hook(parent if callable(parent) else None)
         return BUILDER_QUALNAME
 
     update_block_size_for_backend = classmethod(_mixin_update_block_size)
@@ -130,18 +122,40 @@ def current_platform_class() -> type:
     return type(platforms.current_platform)
 
 
-def set_platform_hook(platform_cls: type | None = None, *, strategies: StrategySpec = None) -> type:
+def _own_hook(cls: type) -> Any:
+    """The hook ``cls`` answered before kvrules took it: a function ``vllm_config -> qualname``."""
+    saved = _saved.get(cls)
+    if saved is not None:
+        return saved.__get__(None, cls)
+    for klass in cls.__mro__[1:]:
+        raw = klass.__dict__.get(HOOK_NAME)
+        if raw is not None:
+            return raw.__get__(None, cls)
+    return None
+
+
+def set_platform_hook(
+    platform_cls: type | None = None,
+    *,
+    strategies: StrategySpec = None,
+    plugin_manager: KVRulesPluginManager | None = None,
+) -> type:
     """Make ``platform_cls`` (the active platform's class by default) answer kvrules' builder.
 
-    Idempotent; the previous hook is kept for :func:`restore_platform_hook`. Returns the class.
+    Idempotent; the previous hook is kept for :func:`restore_platform_hook`, and its answer is the
+    builder a fallback hands layers to (:func:`kvrules.integrations.vllm033.vllm_builder`).
+    Returns the class.
     :param strategies: the set every builder of this process plans with (``None``: the env var).
+    :param plugin_manager: the manager its planner uses (``None``: ``default_manager()``).
     """
     cls = platform_cls if platform_cls is not None else current_platform_class()
     with _lock:
-        select(strategies)
+        select(strategies, plugin_manager)
         if cls not in _saved:
             _saved[cls] = cls.__dict__.get(HOOK_NAME)
+            own = _own_hook(cls)
             setattr(cls, HOOK_NAME, classmethod(_kvrules_hook))
+            remember_vllm_hook(own)
     wrapped = wrap_engine_start(_planner_033, "0.33", cls)
     logs.info(
         "kvrules.vllm.platform_hook",
@@ -186,6 +200,7 @@ def restore_platform_hook(platform_cls: type | None = None) -> None:
         else:
             setattr(cls, HOOK_NAME, own)
         select(None)
+        remember_vllm_hook(None)
 
 
 def hook_is_set(platform_cls: type) -> bool:
