@@ -369,6 +369,50 @@ def test_general_plugin_sets_the_public_hook_on_033(
     assert platform.get_kv_cache_config_builder_cls(None) == default
 
 
+def test_the_builder_hands_specs_it_cannot_plan_to_vllms_own_builder(
+    fake_vllm033: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvrules.integrations import vllm_fallback
+
+    calls: list[str] = []
+
+    class DefaultKVCacheConfigBuilder:
+        def get_kv_cache_groups(self, vllm_config: Any, kv_cache_spec: Any) -> Any:
+            calls.append("groups")
+            return ["vllm's groups"]
+
+        def get_kv_cache_config_from_groups(
+            self, vllm_config: Any, kv_cache_groups: Any, num_blocks: int
+        ) -> Any:
+            calls.append("placement")
+            return "vllm's placement"
+
+        def _get_pool_bytes_per_block(self, vllm_config: Any, kv_cache_groups: Any) -> Any:
+            calls.append("bytes")
+            return None
+
+    planning = types.ModuleType("vllm.v1.core.kv_cache_planning")
+    planning.DefaultKVCacheConfigBuilder = DefaultKVCacheConfigBuilder  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, planning.__name__, planning)
+    monkeypatch.delenv(vllm_fallback.STRICT_ENV, raising=False)
+    vllm_fallback.reset()
+    vllm_platform.set_platform_hook(fake_vllm033, strategies="auto")
+    builder = vllm033.builder_class()()
+    ring = NS.CircularBufferSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=BF16)
+    specs = {"model.layers.0.ring": ring, "model.layers.1": full()}
+    cfg = vs.vllm_config_033()
+    assert builder.get_kv_cache_groups(cfg, specs) == ["vllm's groups"]
+    group = NS.KVCacheGroupSpec(list(specs), full())
+    assert builder._get_pool_bytes_per_block(cfg, [group]) is None
+    assert builder.get_kv_cache_config_from_groups(cfg, [group], 8) == "vllm's placement"
+    assert calls == ["groups", "bytes", "placement"]
+    (decision,) = kv_vllm.fallbacks()
+    assert decision.details["seam"] == "KVCacheConfigBuilder.get_kv_cache_groups"
+    shared()
+    assert builder.get_kv_cache_groups(cfg, gemma_like(6)) != ["vllm's groups"]  # other specs: kvrules
+    vllm_fallback.reset()
+
+
 def test_the_qualname_resolves_to_a_builder_subclass(fake_vllm033: Any) -> None:
     module_name, _, name = vllm033.BUILDER_QUALNAME.rpartition(".")
     cls = getattr(importlib.import_module(module_name), name)

@@ -607,6 +607,46 @@ def test_install_unknown_strategy_changes_nothing(
     assert utils.get_kv_cache_configs is original and kv_vllm.installed_strategies() is None
 
 
+def test_on_028_specs_kvrules_cannot_plan_are_planned_by_vllm(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvrules.integrations import vllm_fallback
+
+    utils, engine = fake_vllm
+    vllm_fallback.reset()
+    monkeypatch.delenv(vllm_fallback.STRICT_ENV, raising=False)
+    kv_vllm.install()
+    ns = vs.namespace()
+    ring = ns.RSWASpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16, rswa_window=8)
+    specs = [{"model.layers.0.attn": ring}]
+    cfg = vs.vllm_config()
+    assert engine.get_kv_cache_configs(cfg, specs, [1 << 30]) == ("vllm", "get_kv_cache_configs")
+    assert utils.get_kv_cache_groups(cfg, dict(specs[0])) == ("vllm", "get_kv_cache_groups")
+    decisions = kv_vllm.fallbacks()
+    assert [d.details["seam"] for d in decisions] == ["get_kv_cache_configs", "get_kv_cache_groups"]
+    assert all("RSWASpec" in d.reason and d.details["vllm_line"] == "0.28" for d in decisions)
+    full = ns.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    planned = engine.get_kv_cache_configs(cfg, [{"model.layers.0.attn": full}], [1 << 30])
+    assert planned[0].num_blocks > 0  # the same layer with a spec kvrules models: kvrules plans again
+    vllm_fallback.reset()
+
+
+def test_on_028_a_capacity_verdict_reaches_vllm_as_its_value_error(
+    fake_vllm: tuple[types.ModuleType, types.ModuleType],
+) -> None:
+    from kvrules.integrations import vllm_fallback
+
+    _, engine = fake_vllm
+    vllm_fallback.reset()
+    kv_vllm.install()
+    full = vs.namespace().FullAttentionSpec(
+        block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16
+    )
+    with pytest.raises(ValueError, match="max seq len"):
+        engine.get_kv_cache_configs(vs.vllm_config(max_model_len=1 << 20), [{"a": full}], [1 << 20])
+    assert kv_vllm.fallbacks() == ()
+
+
 def test_install_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     kv_vllm.uninstall()
     monkeypatch.setitem(sys.modules, kv_vllm.UTILS_MODULE, None)
