@@ -254,6 +254,7 @@ def test_a_faulty_rule_hands_the_layers_to_vllm_naming_the_rule(
     pm = kvrules.get_plugin_manager(plugins=[plugin])
     installed(["vllm-0.33", "faulty-router"], plugin_manager=pm)
     assert utils.get_kv_cache_groups(config(), interleaved()) == ("vllm", "get_kv_cache_groups")
+    assert [c[0] for c in calls] == ["get_kv_cache_groups"]
     (decision,) = kv_vllm.fallbacks()
     assert "faulty-router" in decision.reason and "test-raiser" in decision.reason
     assert "ZeroDivisionError" in decision.reason and decision.details["error"] == "PluginError"
