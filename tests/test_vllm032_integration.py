@@ -301,3 +301,18 @@ def test_a_capacity_verdict_is_not_a_fallback(v032: tuple[types.ModuleType, list
             vllm_fallback.GROUPING, "get_kv_cache_configs", "0.28", ["a"], ours, lambda: "vllm"
         )
     assert kv_vllm.fallbacks() == ()
+
+
+def test_when_vllm_refuses_too_its_own_error_is_raised_and_no_fallback_is_recorded(
+    v032: tuple[types.ModuleType, list[Any]],
+) -> None:
+    def ours() -> Any:
+        raise kvrules.UnificationError("no rule can bring page 24576 to 32768")
+
+    def theirs() -> Any:
+        raise NotImplementedError("vLLM: the page sizes cannot be unified")
+
+    with pytest.raises(NotImplementedError, match="vLLM: the page sizes") as info:
+        vllm_fallback.answer(vllm_fallback.GROUPING, "get_kv_cache_groups", "0.32", ["a"], ours, theirs)
+    assert not isinstance(info.value, kvrules.KVRulesError)
+    assert kv_vllm.fallbacks() == ()

@@ -60,8 +60,8 @@ from kvrules.specs.base import KVCacheSpec
 #: vLLM's operators read vLLM's log: the decisions vLLM itself reports there are repeated here
 vllm_log = logging.getLogger("vllm.kvrules")
 
-#: the module whose functions :func:`install` replaces
-UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
+#: the module whose functions :func:`install` replaces (0.27-0.32)
+UTILS_MODULE = vllm_lines.UTILS_MODULE
 #: the functions :func:`install` replaces, by name
 DROP_IN_NAMES: tuple[str, ...] = (
     "unify_kv_cache_spec_page_size",

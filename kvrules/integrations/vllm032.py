@@ -31,6 +31,7 @@ from typing import Any
 
 from kvrules.integrations import vllm033
 from kvrules.integrations import vllm_fallback as fallback
+from kvrules.integrations.vllm_config import config_value
 from kvrules.integrations.vllm_lines import UTILS_MODULE
 from kvrules.integrations.vllm_patches import Patches
 
@@ -104,7 +105,7 @@ def kvrules_bytes_per_block(vllm_config: Any, kv_cache_groups: list[Any]) -> int
 def blocks_for(vllm_config: Any, available_memory: int, bytes_per_block: int) -> int:
     """vLLM's block count for ``available_memory``: ``available_memory // bytes_per_block``,
     replaced by ``cache_config.num_gpu_blocks_override`` when that is set."""
-    override = getattr(getattr(vllm_config, "cache_config", None), "num_gpu_blocks_override", None)
+    override = config_value(vllm_config, "cache_config.num_gpu_blocks_override")
     if override is not None:
         return int(override)
     return int(available_memory) // bytes_per_block if bytes_per_block else 0

@@ -33,7 +33,8 @@ from kvrules import logs
 from kvrules.errors import ConfigError
 from kvrules.integrations import vllm_fallback as fallback
 from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec, to_vllm033_spec
-from kvrules.integrations.vllm_config import read_vllm033_config
+from kvrules.integrations.vllm_config import config_value, read_vllm033_config
+from kvrules.integrations.vllm_lines import BUILDER_MODULE
 from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, vllm_classes
 from kvrules.pipeline import Grouping, Planner
 from kvrules.pipeline.convert import convert
@@ -46,7 +47,7 @@ from kvrules.specs.base import KVCacheSpec
 #: the qualified name vLLM's platform hook returns to select kvrules
 BUILDER_QUALNAME = "kvrules.integrations.vllm033.KVRulesKVCacheConfigBuilder"
 #: vLLM 0.33's module holding the abstract builder
-BUILDER_BASE_MODULE = "vllm.v1.core.kv_cache_config_builder"
+BUILDER_BASE_MODULE = BUILDER_MODULE
 #: environment variable naming the strategy set (shared with the 0.28 line)
 STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
 #: the line this module answers
@@ -234,25 +235,16 @@ def refuse_unplanned(vllm_config: Any) -> None:
 
     :raises ConfigError: naming the setting.
     """
-    if _attr(vllm_config, "attention_config.hisparse_config") is not None:
+    if config_value(vllm_config, "attention_config.hisparse_config") is not None:
         raise ConfigError(
             "vllm_config.attention_config.hisparse_config is set: HiSparse owns its KV-cache grouping "
             "and host pool, which kvrules does not plan"
         )
-    if _attr(vllm_config, "model_config.supports_kv_cache_grouping") is True:
+    if config_value(vllm_config, "model_config.supports_kv_cache_grouping") is True:
         raise ConfigError(
             "the model declares its own KV-cache grouping (SupportsKVCacheGrouping), which kvrules "
             "does not replace"
         )
-
-
-def _attr(root: Any, path: str) -> Any:
-    value = root
-    for part in path.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
-    return value
 
 
 @dataclass(frozen=True)

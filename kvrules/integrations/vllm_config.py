@@ -47,6 +47,12 @@ def _get(root: Any, path: str, default: Any = _MISSING) -> Any:
     return value
 
 
+def config_value(root: Any, path: str, default: Any = None) -> Any:
+    """``root.a.b`` for ``path="a.b"``, or ``default`` when an attribute is absent or a parent is
+    ``None`` (any object with the attributes works: vLLM's own tests pass ``SimpleNamespace``)."""
+    return _get(root, path, default)
+
+
 def _required(root: Any, path: str) -> Any:
     value = _get(root, path)
     if value is _MISSING:
@@ -172,6 +178,7 @@ def read_vllm033_config(vllm_config: Any, *, grouping_only: bool = False) -> Vll
 
 __all__ = [
     "VllmSettings",
+    "config_value",
     "read_vllm033_config",
     "resolved_kv_cache_layout",
     "cross_layer_blocks",

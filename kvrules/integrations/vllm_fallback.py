@@ -7,11 +7,13 @@ kvrules answers inside vLLM (on every line) goes through :func:`answer`:
   functions call each other through the module attributes kvrules replaced: those nested calls
   are vLLM's too);
 * when kvrules raises (a spec field it does not model, an internal fault, a setting it does not
-  plan), the layers of that call are **handed to vLLM**: one warning names the seam, the layers,
-  the error and its text (which names the layer, the field or the rule), a :class:`Decision`
-  (rule ``vllm-fallback``) is recorded (:func:`decisions`), and vLLM's own function answers.
-  A ``CapacityError`` is not a fallback: it is the engine's own "not enough memory" verdict,
-  raised as vLLM's type (``ValueError``);
+  plan), vLLM's own function answers. When it does, the layers of that call are **handed to
+  vLLM**: one warning names the seam, the layers, the error and its text (which names the layer,
+  the field or the rule), and a :class:`Decision` (rule ``vllm-fallback``) is recorded
+  (:func:`decisions`). When vLLM's function raises too, its error reaches the caller as it is
+  (vLLM's own verdict, in vLLM's type) and nothing is recorded. A ``CapacityError`` is not a
+  fallback: it is the engine's own "not enough memory" verdict, raised as vLLM's type
+  (``ValueError``);
 * the choice is made where the layers are grouped (:data:`GROUPING` calls), and every later call
   on those layers (bytes per block, placement) follows it: the layers grouped by vLLM are placed
   by vLLM, and those grouped by kvrules are placed by kvrules, never a mix. A grouping call decides
@@ -184,21 +186,24 @@ def answer(
     try:
         answered = ours()
     except Exception as exc:
-        if not _is_fallback(exc) or strict():
-            raise
-        if route is None:
-            raise MixedPlanError(
-                f"kvrules grouped these {len(names)} layers but cannot place them ({type(exc).__name__} "
-                f"in {seam}: {exc}); vLLM cannot place kvrules' groups in its stead. Unset "
-                "KVRULES_VLLM_STRATEGIES to plan with vLLM alone, and report this as a kvrules bug"
-            ) from exc
-        decision = fallback_decision(seam, line, names, exc)
-        _remember(names, decision)
-        _warn(decision)
-        return call_vllm(theirs)
-    if kind == GROUPING:
-        _remember(names, None)
-    return answered
+        failure = exc
+    else:
+        if kind == GROUPING:
+            _remember(names, None)
+        return answered
+    if not _is_fallback(failure) or strict():
+        raise failure
+    if route is None:
+        raise MixedPlanError(
+            f"kvrules grouped these {len(names)} layers but cannot place them ({type(failure).__name__} "
+            f"in {seam}: {failure}); vLLM cannot place kvrules' groups in its stead. Unset "
+            "KVRULES_VLLM_STRATEGIES to plan with vLLM alone, and report this as a kvrules bug"
+        ) from failure
+    by_vllm = call_vllm(theirs)  # vLLM's own error, if it has one, reaches the caller as it is
+    decision = fallback_decision(seam, line, names, failure)
+    _remember(names, decision)
+    _warn(decision)
+    return by_vllm
 
 
 __all__ = [
