@@ -302,4 +302,21 @@ def test_emitter_rejects_a_level_without_a_name() -> None:
 def test_logs_is_a_leaf_module() -> None:
     source = Path(logs.__file__).read_text()
     imports = [line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))]
-    assert set(imports) == {"__future__", "logging", "re", "typing", "structlog"}
+    assert set(imports) == {"__future__", "logging", "re", "sys", "typing"}
+
+
+def test_importing_kvrules_does_not_import_structlog() -> None:
+    """structlog (with rich, 0.2-0.35 s) is the application's to import: every vLLM process
+    imports kvrules through its general plugin."""
+    code = "import sys, kvrules, kvrules.integrations.vllm; sys.exit('structlog' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_structlog_configured_after_kvrules_was_imported_is_used() -> None:
+    code = (
+        "import kvrules.logs as logs, structlog, structlog.testing\n"
+        "with structlog.testing.capture_logs() as seen:\n"
+        "    logs.info('kvrules.test', a=1)\n"
+        "assert seen == [{'event': 'kvrules.test', 'a': 1, 'log_level': 'info'}], seen\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -109,9 +109,9 @@ def _load(pm: KVRulesPluginManager, ep: EntryPoint) -> None:
         plugin = ep.load()
     except Exception as exc:
         raise PluginError(f'error loading plugin "{ep.name}": {type(exc).__name__}: {exc}') from exc
-    dist = getattr(ep, "dist", None)
-    if dist is not None:
-        pm.distinfo[ep.name] = f"{dist.metadata['Name']} {dist.version}"
+    label = _dist_label(ep)
+    if label is not None:
+        pm.distinfo[ep.name] = f"{label[0]} {label[1]}"
     pm.register(plugin, name=ep.name)
     logs.debug("kvrules.plugin.loaded", plugin=ep.name, distribution=pm.distinfo.get(ep.name))
 
@@ -166,9 +166,29 @@ def _plugin_name(plugin: Any) -> str:
     return str(getattr(plugin, "name", None) or getattr(plugin, "__name__", None) or repr(plugin))
 
 
-def _distribution(ep: EntryPoint) -> str | None:
+#: (name, version) by distribution path: a distribution's METADATA (kvrules' holds its whole
+#: README) is parsed once per process, not once per entry point and question
+_labels: dict[str, tuple[str, str]] = {}
+
+
+def _dist_label(ep: EntryPoint) -> tuple[str, str] | None:
+    """The name and version of the distribution providing ``ep`` (``None``: none known)."""
     dist = getattr(ep, "dist", None)
-    return str(dist.metadata["Name"]) if dist is not None else None
+    if dist is None:
+        return None
+    key = str(getattr(dist, "_path", ""))
+    found = _labels.get(key) if key else None
+    if found is None:
+        metadata = dist.metadata
+        found = (str(metadata["Name"]), str(metadata["Version"]))
+        if key:
+            _labels[key] = found
+    return found
+
+
+def _distribution(ep: EntryPoint) -> str | None:
+    label = _dist_label(ep)
+    return None if label is None else label[0]
 
 
 def _canonical(name: str) -> str:
