@@ -13,7 +13,10 @@ alike. Measured per run:
   vLLM's import, kvrules' import and plugin loading (the general plugin, with
   ``KVRULES_VLLM_STRATEGIES=auto``), the first plan and everything else of an engine start;
 * **first plan**: the engine's first ``get_kv_cache_configs`` call (inside the child), the whole
-  planning step of an engine start: vLLM's own functions alone, or with kvrules' in their place.
+  planning step of an engine start: vLLM's own functions alone, or with kvrules' in their place;
+* **plugins**: vLLM's loading of its general plugins (inside the child): nothing but vLLM's own
+  scan alone; with kvrules, kvrules' import, its seam detection and ``install()`` with the
+  plugins of kvrules loaded (kvrules' share of the start, apart from the first plan).
 
 Printed: every run, then per mode the median, minimum and maximum, and the median over pairs of
 the ratio kvrules / vLLM alone (target: at most 1.03 for the start).
@@ -37,6 +40,16 @@ MARK = "KVRULES_ENGINE_COST "
 
 CHILD = """
 import json, sys, time
+import vllm.plugins as plugins
+loading = []
+real_load = plugins.load_general_plugins
+def timed_load(*args, **kwargs):
+    began = time.perf_counter()
+    try:
+        return real_load(*args, **kwargs)
+    finally:
+        loading.append(time.perf_counter() - began)
+plugins.load_general_plugins = timed_load
 import vllm.v1.engine.core as core
 plan = []
 real = core.get_kv_cache_configs
@@ -50,7 +63,7 @@ core.get_kv_cache_configs = timed
 from vllm import LLM
 llm = LLM(model=sys.argv[1], load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
           max_model_len=512, seed=0, dtype="bfloat16", max_num_seqs=8)
-print("MARK" + json.dumps({"first_plan_s": plan[0] if plan else None}), flush=True)
+print("MARK" + json.dumps({"first_plan_s": plan[0] if plan else None, "plugins_s": sum(loading)}), flush=True)
 import os
 os._exit(0)
 """.replace("MARK", MARK)
@@ -105,17 +118,34 @@ def main(argv: list[str] | None = None) -> int:
             runs[kvrules].append(result)
             label = "kvrules auto" if kvrules else "vLLM alone  "
             print(
-                f"pair {pair + 1}  {label}  start {result['start_s']:7.2f} s  first plan {result['first_plan_s']:.4f} s",
+                f"pair {pair + 1}  {label}  start {result['start_s']:7.2f} s  first plan "
+                f"{result['first_plan_s']:.4f} s  plugins {result['plugins_s']:.3f} s",
                 flush=True,
             )
     print()
-    for what, key in (("start (s)", "start_s"), ("first plan (s)", "first_plan_s")):
+    for what, key in (
+        ("start (s)", "start_s"),
+        ("first plan (s)", "first_plan_s"),
+        ("plugins (s)", "plugins_s"),
+    ):
         alone = [r[key] for r in runs[False]]
         ours = [r[key] for r in runs[True]]
-        ratios = [b / a for a, b in zip(alone, ours, strict=True)]
         print(f"{what:15s} vLLM alone    {summary(alone)}")
         print(f"{what:15s} kvrules auto  {summary(ours)}")
-        print(f"{what:15s} ratio per pair {summary(ratios)}   (kvrules / vLLM alone)")
+        extra = [b - a for a, b in zip(alone, ours, strict=True)]
+        print(f"{what:15s} added per pair {summary(extra)}   (kvrules - vLLM alone)")
+        if key != "plugins_s":  # vLLM alone loads no plugin: a ratio would say nothing
+            ratios = [b / a for a, b in zip(alone, ours, strict=True)]
+            print(f"{what:15s} ratio per pair {summary(ratios)}   (kvrules / vLLM alone)")
+    added = sum(
+        statistics.median(r[key] for r in runs[True]) - statistics.median(r[key] for r in runs[False])
+        for key in ("plugins_s", "first_plan_s")
+    )
+    start = statistics.median(r["start_s"] for r in runs[False])
+    print(
+        f"kvrules' share of an engine start, measured inside (plugins and first plan, over vLLM alone's): "
+        f"{added:.3f} s = {added / start:.4f} of vLLM alone's median start"
+    )
     return 0
 
 

@@ -3,17 +3,26 @@
 Every shared case with a ``*.vllm-0.33.json`` answer goes through vLLM 0.33's Core functions
 (``get_global_kv_cache_groups`` then ``get_kv_cache_configs``) twice: with vLLM's platform hook
 (its ``DefaultKVCacheConfigBuilder``) and with the hook set to kvrules' builder through the
-public seam (:func:`kvrules.integrations.vllm_platform.set_platform_hook`). Groups, num_blocks,
-tensors (size, layers, strides, offset) and max concurrency are compared field by field, and each
-side with the recorded answer. Output: one line per case, then the counts.
+public seam (:func:`kvrules.integrations.vllm_platform.set_platform_hook`). Groups (layer names,
+page size, block size, ``is_eagle_group``), num_blocks, tensors (size, layers, strides, offset),
+``prefix_cache_retention_interval``, ``kv_tp_replicas``, max concurrency and ``max_model_len``
+after planning are compared field by field, and vLLM's side with the recorded answer. Output: one
+line per case, then the counts.
 
-    python scripts/vllm_parity033.py [CASES_DIR] [--strategies auto]
+``vllm_config`` is a real ``VllmConfig`` (``--config real``, the default; built as
+``scripts/vllm_parity_config.py`` says, on a config-only model directory), or the stand-in the
+recorded answers were made with (``--config stand-in``: a ``SimpleNamespace`` holding the fields
+the planner reads, ``prefix_cache_retention_interval=None``).
+
+    python scripts/vllm_parity033.py [--strategies auto] [--config real|stand-in] [--model DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import logging
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import case_loader  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
+from vllm_parity_config import config_mismatches, model_dir, real_vllm_config  # noqa: E402
 
 from kvrules.integrations import vllm033, vllm_platform  # noqa: E402
 from kvrules.integrations.vllm033_specs import to_vllm033_spec  # noqa: E402
@@ -84,13 +94,25 @@ def vllm_config(settings: dict[str, Any], layout: str) -> SimpleNamespace:
     )
 
 
-def plan_with_vllm(case: Any, settings: dict[str, Any], layout: str) -> dict[str, Any]:
-    """vLLM 0.33's Core with whatever builder the platform hook names now."""
+def make_config(settings: dict[str, Any], layout: str, model: Path | None) -> Any:
+    """A real ``VllmConfig`` on ``model``, or (``model`` None) the stand-in of :func:`vllm_config`."""
+    if model is None:
+        return vllm_config(settings, layout)
+    cfg = real_vllm_config(settings, layout, model)
+    mismatched = config_mismatches(cfg, settings)
+    if mismatched:
+        raise SystemExit(f"vllm_parity033: the built VllmConfig differs from the case: {mismatched}")
+    return cfg
+
+
+def plan_with_vllm(case: Any, settings: dict[str, Any], layout: str, model: Path | None) -> dict[str, Any]:
+    """vLLM 0.33's Core with whatever builder the platform hook names now (``model``: the
+    config-only model of a real ``VllmConfig``; None: the stand-in)."""
     from vllm.v1.core import kv_cache_planning as planning  # type: ignore[import-not-found,unused-ignore]
     from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config  # type: ignore[import-not-found,unused-ignore]
 
     classes = vllm_classes()
-    cfg = vllm_config(settings, layout)
+    cfg = make_config(settings, layout, model)
     workers = [
         {n: to_vllm033_spec(_as_033(s), classes=classes, layer=n) for n, s in w.items()} for w in case.workers
     ]
@@ -98,7 +120,12 @@ def plan_with_vllm(case: Any, settings: dict[str, Any], layout: str) -> dict[str
     configs = planning.get_kv_cache_configs(cfg, workers, list(case.memory), groups)
     return {
         "groups": [
-            (tuple(g.layer_names), g.kv_cache_spec.page_size_bytes, g.kv_cache_spec.block_size)
+            (
+                tuple(g.layer_names),
+                g.kv_cache_spec.page_size_bytes,
+                g.kv_cache_spec.block_size,
+                g.is_eagle_group,
+            )
             for g in groups
         ],
         "num_blocks": [c.num_blocks for c in configs],
@@ -109,6 +136,8 @@ def plan_with_vllm(case: Any, settings: dict[str, Any], layout: str) -> dict[str
             )
             for c in configs
         ],
+        "prefix_cache_retention_interval": [c.prefix_cache_retention_interval for c in configs],
+        "kv_tp_replicas": [c.kv_tp_replicas for c in configs],
         "max_concurrency": round(get_max_concurrency_for_kv_cache_config(cfg, configs[0]), 6),
         "max_model_len": cfg.model_config.max_model_len,
     }
@@ -127,7 +156,13 @@ def recorded(answer: dict[str, Any]) -> dict[str, Any]:
     groups = _lit(answer["kv_cache_groups"])
     return {
         "groups": [
-            (tuple(g["layer_names"]), g["spec"]["page_size_bytes"], g["spec"]["block_size"]) for g in groups
+            (
+                tuple(g["layer_names"]),
+                g["spec"]["page_size_bytes"],
+                g["spec"]["block_size"],
+                g["is_eagle_group"],
+            )
+            for g in groups
         ],
         "num_blocks": [c["num_blocks"] for c in configs],
         "tensors": [
@@ -137,6 +172,7 @@ def recorded(answer: dict[str, Any]) -> dict[str, Any]:
             )
             for c in configs
         ],
+        "kv_tp_replicas": [c.get("kv_tp_replicas", 1) for c in configs],
         "max_concurrency": round(answer["max_concurrency"], 6),
         "max_model_len": answer["max_model_len_after"],
     }
@@ -164,8 +200,9 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [k for k in a if a[k] != b.get(k)]
 
 
-def run(strategies: str) -> int:
-    """Every case twice; returns the number of cases where kvrules differs from vLLM."""
+def run(strategies: str, model: Path | None = None) -> int:
+    """Every case twice (``model``: with real ``VllmConfig`` s on it; None: the stand-in);
+    returns the number of cases where kvrules differs from vLLM."""
     from vllm.platforms import current_platform  # type: ignore[import-not-found,unused-ignore]
 
     platform = type(current_platform)
@@ -174,12 +211,12 @@ def run(strategies: str) -> int:
         case = case_loader.load_case(name, "vllm-0.33")
         settings = _lit(case.answer["settings"])
         layout = case.answer.get("kv_cache_layout", {}).get("name") or "LBNHC"
-        theirs = attempt(lambda c=case, s=settings, la=layout: plan_with_vllm(c, s, la))
+        theirs = attempt(lambda c=case, s=settings, la=layout: plan_with_vllm(c, s, la, model))
         vllm_platform.set_platform_hook(
             platform, strategies=vllm033.parse_strategies(strategies, "vllm-0.33")
         )
         try:
-            ours = attempt(lambda c=case, s=settings, la=layout: plan_with_vllm(c, s, la))
+            ours = attempt(lambda c=case, s=settings, la=layout: plan_with_vllm(c, s, la, model))
         finally:
             vllm_platform.restore_platform_hook(platform)
         want = attempt(lambda c=case: recorded(c.answer))
@@ -188,15 +225,21 @@ def run(strategies: str) -> int:
         counts["identical" if not diff else "differ"] += 1
         tag = "identical" if not diff else "DIFFERS " + ", ".join(diff)
         print(f"{name:52s} kvrules vs vLLM: {tag}; vLLM vs recorded: {', '.join(vs_answer) or 'same'}")
-    print(f"\n{counts['identical']} identical, {counts['differ']} differ (strategies={strategies})")
+    config = "stand-in VllmConfig" if model is None else "real VllmConfig"
+    print(f"\n{counts['identical']} identical, {counts['differ']} differ (strategies={strategies}, {config})")
     return counts["differ"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default="auto")
+    parser.add_argument("--config", choices=("real", "stand-in"), default="real")
+    parser.add_argument("--model", type=Path, default=None, help="the config-only model of --config real")
     args = parser.parse_args(argv)
-    return 1 if run(args.strategies) else 0
+    # vLLM's warnings (the long max_model_len, a disabled hybrid manager) follow its log level
+    logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "WARNING").upper())
+    model = None if args.config == "stand-in" else (args.model or model_dir())
+    return 1 if run(args.strategies, model) else 0
 
 
 if __name__ == "__main__":

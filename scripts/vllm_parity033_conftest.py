@@ -6,8 +6,10 @@ It defines the `caplog_vllm` fixture and registers the markers. When `KVRULES_PA
 strategy set, it sets the platform hook `get_kv_cache_config_builder_cls` on the active platform
 class before any test module is imported (`set_platform_hook`), and again before every test.
 Each test is classified by whether kvrules' builder planned during it; the rest are counted
-"not applicable". The summary prints a passed / failed / not applicable table per file, then each
-failure: expected by design (``EXPECTED_FAILURES``, with its reason) or not. With kvrules
+"not applicable"; a test during which kvrules handed a call to vLLM's own builder
+(``kvrules.integrations.vllm.fallbacks()``) is counted "fell back", with the reason. The summary
+prints a passed / failed / not applicable / fell back table per file, then each failure: expected
+by design (``EXPECTED_FAILURES``, with its reason) or not. With kvrules
 selected the run's exit status is 0 exactly when every failure is an expected one and every
 expected one failed.
 """
@@ -21,30 +23,27 @@ from typing import Any
 
 import pytest
 
+from . import kvrules_parity_counting as counting_module
 from .kvrules_parity_counting import (  # the hooks named here are this conftest's too
     EXPECTED_FAILURES,
-    OUTCOMES,
-    REACHED,
     counting,
     finish,
-    pytest_runtest_logreport,  # noqa: F401  (a hook: pytest finds it here)
+    forget_fallbacks,
+    note_fallbacks,
     pytest_runtest_protocol,  # noqa: F401  (a hook: pytest finds it here)
+    report_expected,
     report_failures,
+    report_fallbacks,
     verdict,
+    write_table,
 )
 
 ENV = "KVRULES_PARITY_033"
 
 #: Tests that fail by design with kvrules selected (test function, without parameters) -> why.
-EXPECTED_FAILURES.update(
-    {
-        "tests/v1/core/test_kv_cache_planning.py::test_hisparse_pool_must_fit_max_model_len": (
-            "HiSparse is out of scope: kvrules refuses MLAAttentionSpec.is_index_group_leader=True "
-            "with a SpecError naming the layer and the field, where vLLM expects its own admission "
-            "ValueError (docs/vllm.md, the 0.33 field table)"
-        ),
-    }
-)
+#: (test_hisparse_pool_must_fit_max_model_len was listed until kvrules fell back to vLLM's own
+#: builder where it refuses a spec: vLLM's admission error is raised again, and the test passes.)
+EXPECTED_FAILURES.update({})
 
 
 def _select() -> None:
@@ -70,10 +69,19 @@ def pytest_configure(config: pytest.Config) -> None:
     _select()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Re-assert the hook (a test may have replaced it and put a stale one back)."""
+    """Forget earlier fallbacks, and re-assert the hook (a test may have replaced it and put a
+    stale one back)."""
     if os.environ.get(ENV):
+        forget_fallbacks()
         _select()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    counting_module.pytest_runtest_logreport(report)
+    if report.when == "teardown" and os.environ.get(ENV):
+        note_fallbacks(report.nodeid)
 
 
 @pytest.fixture()
@@ -82,19 +90,6 @@ def caplog_vllm(caplog: pytest.LogCaptureFixture) -> Iterator[Any]:
     logger.propagate = True
     yield caplog
     logger.propagate = False
-
-
-def file_rows() -> list[tuple[str, int, int, int]]:
-    """Per test file: (path, passed, failed, not applicable); a test is applicable only if
-    kvrules' builder planned during it."""
-    rows = []
-    for path in sorted({n.split("::")[0] for n in OUTCOMES}):
-        mine = {n: o for n, o in OUTCOMES.items() if n.startswith(path + "::")}
-        applicable = [o for n, o in mine.items() if REACHED.get(n)]
-        rows.append(
-            (path, applicable.count("passed"), applicable.count("failed"), len(mine) - len(applicable))
-        )
-    return rows
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -106,16 +101,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not os.environ.get(ENV):
         return
     write = terminalreporter.write_line
-    write(f"kvrules parity (vLLM 0.33, platform hook, {os.environ[ENV]}): applicable = kvrules planned")
-    write("| file | passed | failed | not applicable |")
-    write("|---|---|---|---|")
-    for path, passed, failed, na in file_rows():
-        write(f"| {path} | {passed} | {failed} | {na} |")
+    write(
+        f"kvrules parity (vLLM 0.33, platform hook, {os.environ[ENV]}): applicable = kvrules planned, "
+        "fell back = kvrules handed a call to vLLM's own builder"
+    )
+    write_table(write)
+    report_fallbacks(write)
     expected, _, _ = verdict()
-    for base, reason in EXPECTED_FAILURES.items():
-        hits = [
-            n.split("[", 1)[1].rstrip("]") if "[" in n else "" for n in expected if n.split("[", 1)[0] == base
-        ]
-        if hits:
-            write(f"  expected by design, {len(hits)} x {base} [{', '.join(hits)}]: {reason}")
+    report_expected(write, expected)
     report_failures(write, expected)

@@ -8,7 +8,8 @@ again before every test (a test that reloads that module would otherwise undo it
 
 Every test is classified by whether it reached kvrules (any call into the three replaced
 functions, direct or through vLLM's own code): tests that did not run vLLM's code only and are
-counted "not applicable". The summary prints the counts and every failure: expected by design
+counted "not applicable". A test during which kvrules handed a call to vLLM's own function
+(``kvrules.integrations.vllm.fallbacks()``) is listed as "fell back", with the reason. The summary prints the counts and every failure: expected by design
 (``EXPECTED_FAILURES``, with its reason) or not. With kvrules installed the run's exit status is
 0 exactly when every failure is an expected one and every expected one failed.
 """
@@ -22,31 +23,28 @@ from typing import Any
 
 import pytest
 
+from . import kvrules_parity_counting as counting_module
 from .kvrules_parity_counting import (  # the hooks named here are this conftest's too
     DETAILS,
     EXPECTED_FAILURES,
+    FELL_BACK,
     OUTCOMES,
     REACHED,
     counting,
     expected_reason,
     finish,
-    pytest_runtest_logreport,  # noqa: F401  (a hook: pytest finds it here)
+    forget_fallbacks,
+    note_fallbacks,
     pytest_runtest_protocol,  # noqa: F401  (a hook: pytest finds it here)
     report_failures,
+    report_fallbacks,
     verdict,
 )
 
 #: test function (``path::name``, any parameters) -> why it fails by design with kvrules
-EXPECTED_FAILURES.update(
-    {
-        "tests/v1/core/test_kv_cache_utils.py::test_unify_kv_cache_spec_page_size_mamba": (
-            "its third part builds MambaSpec(shapes=((6144,),)) with the helper's two default dtypes; "
-            "vLLM zips shapes with dtypes and drops the second dtype silently, kvrules refuses the "
-            "spec with a SpecError naming the layer ('MambaSpec has 1 shapes but 2 dtypes'). The "
-            "first two parts, the #43626 Mamba padding, reach kvrules and pass before that line"
-        ),
-    }
-)
+#: (test_unify_kv_cache_spec_page_size_mamba was listed until kvrules fell back to vLLM's own
+#: function where it refuses a spec: its MambaSpec with one shape and two dtypes is vLLM's again.)
+EXPECTED_FAILURES.update({})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,14 +59,23 @@ def pytest_configure(config: pytest.Config) -> None:
     kv_vllm.install(kv_vllm.parse_strategies(strategies))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Re-assert the seam: vLLM's ``test_none_hash`` reloads ``kv_cache_utils``, which puts vLLM's
-    own functions back; ``install()`` repairs that (and does nothing when nothing was undone)."""
+    """Forget earlier fallbacks, and re-assert the seam: vLLM's ``test_none_hash`` reloads
+    ``kv_cache_utils``, which puts vLLM's own functions back; ``install()`` repairs that (and does
+    nothing when nothing was undone)."""
     strategies = os.environ.get("KVRULES_PARITY_INSTALL")
     if strategies:
         from kvrules.integrations import vllm as kv_vllm
 
+        forget_fallbacks()
         kv_vllm.install(kv_vllm.parse_strategies(strategies))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    counting_module.pytest_runtest_logreport(report)
+    if report.when == "teardown" and os.environ.get("KVRULES_PARITY_INSTALL"):
+        note_fallbacks(report.nodeid)
 
 
 @pytest.fixture()
@@ -104,6 +111,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     write(f"  not applicable (ran vLLM's own code only): {na} ({counts.get((False, 'failed'), 0)} failed)")
     reached = sorted(n.split("::")[-1] for n in OUTCOMES if REACHED.get(n))
     write(f"  reached kvrules: {', '.join(reached)}")
+    write(f"  fell back to vLLM's own function: {len(FELL_BACK)} (counted above by outcome)")
+    report_fallbacks(write)
     expected, _, _ = verdict()
     for nodeid in expected:
         write(f"  expected by design: {nodeid}: {expected_reason(nodeid)} ({DETAILS.get(nodeid, '')})")
