@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import Body, Decision, DeferredDecisions, Run, decision_runs, with_body
-from kvrules.errors import ModelFileError
+from kvrules.errors import ConfigError, ModelFileError
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.io import spec_from_dict
 from kvrules.values import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, as_int, as_name, as_number, shown
@@ -203,27 +203,75 @@ def interleaved(rows: Sequence[Sequence[Any]]) -> list[Any]:
     return list(filter(partial(is_not, fill), chain.from_iterable(zip_longest(*rows, fillvalue=fill))))
 
 
+#: vLLM 0.33's logical axes of a KV-cache tensor: layers, blocks, heads, states, content bytes;
+#: a KV-cache layout names them in stride order, outermost first (``LBNHC``, ``BLHNC``, ...)
+LAYOUT_AXES = "LBHNC"
+
+
+def layout_strides(
+    spec: KVCacheSpec, num_blocks: int, num_layers: int, layout: str, *, block_stride: int | None = None
+) -> tuple[int, int]:
+    """``(layer_stride, block_stride)`` in bytes of ``num_layers`` layers of ``spec`` over
+    ``num_blocks`` blocks laid out in ``layout``'s axis order, as vLLM 0.33 strides them: the
+    innermost axis is one byte apart and each outer axis spans the ones inside it; a padded page
+    (``page_size_padded``) widens the innermost of the layer and block axes to the padded page;
+    ``block_stride`` fixes the block axis (block-outermost layouts: the bytes of one block).
+
+    :raises ConfigError: ``layout`` is no order of the five axes, or it puts heads or states
+        outside a padded page (vLLM cannot pad such a page either).
+    """
+    if sorted(layout) != sorted(LAYOUT_AXES):
+        raise ConfigError(f"KV-cache layout {layout!r} is no order of the axes {', '.join(LAYOUT_AXES)}")
+    heads, states, content = spec.page_shape()
+    size = {"L": num_layers, "B": num_blocks, "H": heads, "N": states, "C": content}
+    padded = getattr(spec, "page_size_padded", None)
+    grid_end = max(layout.index("L"), layout.index("B")) + 1
+    if padded is not None and math.prod(size[a] for a in layout[:grid_end]) != num_layers * num_blocks:
+        raise ConfigError(
+            f"KV-cache layout {layout} puts {heads} heads or {states} states of a {type(spec).__name__} "
+            f"page outside its padded page ({padded} bytes); only layers and blocks may lie outside a "
+            "padded page: choose a layout with L and B outermost"
+        )
+    strides: dict[str, int] = {}
+    stride = 1
+    for index in reversed(range(len(layout))):
+        axis = layout[index]
+        if padded is not None and index == grid_end - 1:
+            stride = max(stride, int(padded))
+        strides[axis] = (block_stride if axis == "B" else None) or stride
+        stride = strides[axis] * size[axis]
+    return strides["L"], strides["B"]
+
+
 def backing_tensors(
-    groups: Sequence[KVCacheGroup], num_blocks: int, block_bytes: int, *, block_outermost: bool
+    groups: Sequence[KVCacheGroup],
+    num_blocks: int,
+    block_bytes: int,
+    *,
+    block_outermost: bool,
+    layout: str | None = None,
 ) -> tuple[BackingTensor, ...]:
     """vLLM 0.33's placement of ``groups`` in one backing of ``block_bytes x num_blocks`` bytes.
 
     Each group overlays the backing from byte 0 and lays its distinct-spec runs one after the
-    other. Layer-outermost: each layer owns a region of ``page x num_blocks`` bytes
-    (``layer_stride = page x num_blocks``, ``block_stride = page``); block-outermost: each block
-    holds every layer's page back to back (``layer_stride = page``, ``block_stride = block_bytes``).
+    other, strided as ``layout`` orders the axes (:func:`layout_strides`; default ``LBNHC``, or
+    ``BLNHC`` when ``block_outermost``). Layer-outermost: each layer owns a region of
+    ``layer_stride`` bytes (``page x num_blocks``; ``block_stride`` is the page, or a head's
+    share of it when heads lie outside blocks, ``LHBNC``); block-outermost: each block holds every
+    layer's page back to back (``block_stride = block_bytes``).
     """
+    order = layout or ("BLNHC" if block_outermost else "LBNHC")
     size = block_bytes * num_blocks
     out: list[BackingTensor] = []
     for group in groups:
         offset = 0
         for spec, names in spec_runs(group):
-            page = spec.page_size_bytes
-            if block_outermost:
-                out.append(BackingTensor(size, names, page, block_bytes, offset))
-            else:
-                out.append(BackingTensor(size, names, page * num_blocks, page, offset))
-            offset += page * len(names) * (1 if block_outermost else num_blocks)
+            fixed = block_bytes if block_outermost else None
+            layer_stride, block_stride = layout_strides(
+                spec, num_blocks, len(names), order, block_stride=fixed
+            )
+            out.append(BackingTensor(size, names, layer_stride, block_stride, offset))
+            offset += len(names) * (spec.page_size_bytes if block_outermost else layer_stride)
     return tuple(out)
 
 

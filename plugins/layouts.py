@@ -188,10 +188,15 @@ class BackingLayerOuter(Layout):
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
         return self.block_bytes(groups) * sum(blocks_of(g.spec, config) for g in groups)
 
-    def backing(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[BackingTensor, ...]:
-        """The placement in vLLM 0.33's ``KVCacheTensor`` form."""
+    def backing(
+        self, groups: Sequence[KVCacheGroup], num_blocks: int, layout: str | None = None
+    ) -> tuple[BackingTensor, ...]:
+        """The placement in vLLM 0.33's ``KVCacheTensor`` form, strided as the KV-cache ``layout``
+        orders the axes (the engine's resolved layout; ``None``: this layout's default order)."""
         live = [g for g in groups if g.layer_names]
-        return backing_tensors(live, num_blocks, self.block_bytes(live), block_outermost=self.block_outermost)
+        return backing_tensors(
+            live, num_blocks, self.block_bytes(live), block_outermost=self.block_outermost, layout=layout
+        )
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         return tensors_of_backing(self.backing(groups, num_blocks), block_outermost=self.block_outermost)

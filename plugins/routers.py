@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from kvrules import (
     GroupingError,
+    HiddenStateCacheSpec,
     KVCacheGroup,
     KVCacheSpec,
     MLAAttentionSpec,
@@ -206,19 +207,28 @@ class LayoutPacking(DeepseekV4Packing):
             return declines(
                 f"the KV-cache layout {layout} ({source}) is layer-outermost; pages are unified instead."
             )
-        pages = {s.page_size_bytes for s in specs.values()}
+        packed = packable(specs)
+        pages = {s.page_size_bytes for s in packed.values()}
         if len(pages) <= 1:
-            return declines(f"all pages are {pages.pop() if pages else 0} bytes; nothing to pack.")
+            return declines(
+                f"all pages but the hidden-state layers' are {pages.pop() if pages else 0} bytes; "
+                "nothing to pack."
+            )
         other = sorted(
             {
                 s.type_name
-                for s in specs.values()
+                for s in packed.values()
                 if not isinstance(s, MLAAttentionSpec | SlidingWindowMLASpec)
             }
         )
         if other:
-            return declines(
-                f"kvrules packs only mla and sliding_window_mla layers this way, not {', '.join(other)}."
+            # declining would plan these pages another way than vLLM 0.33, which packs any layers
+            raise GroupingError(
+                f"layout-packing: the KV-cache layout {layout} ({source}) is block-outermost and the "
+                f"layers have {len(pages)} page sizes, so vLLM 0.33 packs them into one block; kvrules "
+                f"reproduces that packing for mla and sliding_window_mla layers only, not "
+                f"{', '.join(other)}. Plan with a layer-outermost kv_cache_layout (LBNHC), or with the "
+                "default strategy set"
             )
         return applies(
             f"layout {layout} ({source}) is block-outermost and the layers have {len(pages)} page sizes."
@@ -226,19 +236,29 @@ class LayoutPacking(DeepseekV4Packing):
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
         """vLLM 0.33's ``_get_packed_kv_cache_groups``: the buckets in order of their first
-        layer, each emitted whole or cut into groups of ``n`` pattern repeats."""
-        buckets = [PackBucket.of(b) for b in greedy_buckets(specs)]
+        layer, each emitted whole or cut into groups of ``n`` pattern repeats; then each
+        hidden-state layer in a group of its own, its spec unchanged (every block is strided by
+        the widest group, so its page needs no alignment)."""
+        buckets = [PackBucket.of(b) for b in greedy_buckets(packable(specs))]
         repeats = repeats_per_group(buckets)
         anchor = anchor_bytes(buckets, repeats)
         groups = [g for b in buckets for g in b.groups(bucket_group_count(b, repeats, anchor))]
+        hidden = [KVCacheGroup((n,), s) for n, s in specs.items() if isinstance(s, HiddenStateCacheSpec)]
         ctx.decisions.record(
             "group",
             self.name,
             "applied",
             f"{len(buckets)} uniform-type buckets in layer order, {repeats} pattern repeats per "
-            f"group, {anchor} bytes per block anchor; {len(groups)} groups.",
+            f"group, {anchor} bytes per block anchor; {len(groups)} groups"
+            + (f", and {len(hidden)} hidden-state layer(s) in groups of their own." if hidden else "."),
         )
-        return groups
+        return groups + hidden
+
+
+def packable(specs: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
+    """The layers vLLM 0.33 packs: all but the hidden-state layers, which keep block tables of
+    their own (vLLM takes them out before packing)."""
+    return {n: s for n, s in specs.items() if not isinstance(s, HiddenStateCacheSpec)}
 
 
 def greedy_buckets(specs: Mapping[str, KVCacheSpec]) -> list[dict[str, KVCacheSpec]]:

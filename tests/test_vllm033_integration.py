@@ -181,6 +181,99 @@ def test_layer_and_block_outermost_strides_differ() -> None:
     assert [(t.layer_stride, t.block_stride) for t in outer["BLHNC"]] == [(page, page * 3)]
 
 
+@pytest.mark.parametrize(
+    ("layout", "per_layer", "per_block"),
+    [
+        # L, H, B, N, C: a block holds one head's 16 tokens; a layer spans all heads of all blocks
+        ("LHBNC", "page x blocks", "a head's share"),
+        # B, H, L, N, C (block-outermost): a layer's slice of a block is one head's tokens
+        ("BHLNC", "a head's share", "a block"),
+    ],
+)
+def test_heads_outside_blocks_stride_as_vllm_does(layout: str, per_layer: str, per_block: str) -> None:
+    """vLLM 0.33 strides a tensor by its layout's axis order (found by vLLM 0.32's
+    test_multi_run_layer_compact_strides_place_hoisted_heads: kvrules strode blocks by the page)."""
+    spec = full()  # 8 heads x 16 tokens x (128 + 128) x 2 bytes
+    head_share = 16 * (128 + 128) * 2
+    page = 8 * head_share
+    assert spec.page_size_bytes == page
+    st, cfg = shared(), vs.vllm_config_033(kv_cache_layout=layout)
+    groups = vllm033.get_kv_cache_groups(st, cfg, {f"l{i}": full() for i in range(3)})
+    (tensor,) = vllm033.get_kv_cache_config_from_groups(st, cfg, groups, 10).kv_cache_tensors
+    figures = {"page x blocks": page * 10, "a head's share": head_share, "a block": 3 * page}
+    assert (tensor.layer_stride, tensor.block_stride) == (figures[per_layer], figures[per_block])
+
+
+def test_a_padded_page_with_heads_outside_blocks_is_refused() -> None:
+    from kvrules.plan import layout_strides
+
+    padded = kvrules.FullAttentionSpec(
+        16, num_kv_heads=8, head_size=128, dtype="bfloat16", page_size_padded=1 << 17
+    )
+    with pytest.raises(ConfigError, match="LHBNC puts 8 heads"):
+        layout_strides(padded, 10, 1, "LHBNC")
+    assert layout_strides(padded, 10, 1, "LBNHC") == (10 << 17, 1 << 17)
+
+
+def test_a_fallback_routes_promotion_leaves_the_callers_specs_and_tells_vllms_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """vLLM 0.32's test_mla_with_incompatible_swa_uses_one_full_allocation_group: the promoted
+    sliding-window draft lives in the group only; vLLM says so on its log."""
+    draft = NS.SlidingWindowSpec(
+        block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32, sliding_window=1
+    )
+    specs = {
+        "target.0.attn": NS.MLAAttentionSpec(
+            block_size=64, num_kv_heads=1, head_size=576, dtype=torch.float32
+        ),
+        "target.0.indexer": NS.MLAAttentionSpec(
+            block_size=64, num_kv_heads=1, head_size=132, dtype=torch.uint8
+        ),
+        "draft.0": draft,
+    }
+    with caplog.at_level("WARNING", logger="vllm.kvrules"):
+        groups = vllm033.get_kv_cache_groups(shared(), vs.vllm_config_033(), specs)
+    assert len(groups) == 1 and specs["draft.0"] is draft
+    promoted = groups[0].kv_cache_spec.kv_cache_specs["draft.0"]
+    assert type(promoted).__name__ == "FullAttentionSpec" and promoted.sliding_window == 1
+    assert "attention compute is unchanged" in caplog.text
+
+
+def hidden(block: int) -> Any:
+    return NS.HiddenStateCacheSpec(block_size=block, num_kv_heads=6, head_size=2048, dtype=BF16)
+
+
+def test_hidden_state_layers_are_kept_out_of_block_outermost_packing() -> None:
+    """vLLM 0.32's test_hidden_state_group_isolated_from_packed_mla_groups: vLLM takes them out
+    before packing; with the other pages equal nothing is packed and they are re-sized as usual."""
+    specs = {
+        "layers.0.mla": mla(),
+        "layers.1.swa": NS.SlidingWindowMLASpec(
+            block_size=64, num_kv_heads=1, head_size=576, dtype=BF16, sliding_window=512
+        ),
+        "cache_only_layers.61": hidden(64),
+    }
+    groups = vllm033.get_kv_cache_groups(shared(), vs.vllm_config_033(kv_cache_layout="BLHNC"), specs)
+    assert [(g.layer_names, g.kv_cache_spec.page_size_bytes) for g in groups] == [
+        (["layers.0.mla"], 73728),
+        (["layers.1.swa"], 73728),
+        (["cache_only_layers.61"], 73728),
+    ]
+    assert groups[2].kv_cache_spec.block_size == 2  # 73728 // (6 x 2048 x 2) tokens, a divisor of 64
+
+
+def test_packing_kvrules_cannot_reproduce_is_refused_not_planned_otherwise() -> None:
+    """vLLM 0.33 packs any mixed pages under a block-outermost layout; the vllm-0.33 preset
+    reproduces that for MLA only, and says so instead of unifying the pages."""
+    specs = {
+        "layers.0.attn": full(),
+        "layers.1.mamba": NS.MambaSpec(16, shapes=((1024,),), dtypes=(torch.float32,)),
+    }
+    with pytest.raises(kvrules.GroupingError, match="full_attention, mamba"):
+        vllm033.get_kv_cache_groups(shared(), vs.vllm_config_033(kv_cache_layout="BLHNC"), specs)
+
+
 def test_unchanged_specs_come_back_as_the_very_objects_and_drafts_keep_their_tag() -> None:
     specs = {**{f"l{i}": full() for i in range(2)}, "draft.0": full(is_draft=True)}
     st = shared()

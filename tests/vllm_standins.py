@@ -374,6 +374,18 @@ def namespace_033() -> SimpleNamespace:
         extra_retained_tokens: int = 0
 
     @dataclass(frozen=True, kw_only=True)
+    class SlidingWindowMLASpec(SlidingWindowSpec):
+        head_size_v: int = 0
+        cache_dtype_str: str | None = None
+        alignment: int | None = None
+        model_version: str | None = None
+        bounded_replay: bool = False
+
+    @dataclass(frozen=True, kw_only=True)
+    class HiddenStateCacheSpec(MLAAttentionSpec):
+        pass
+
+    @dataclass(frozen=True, kw_only=True)
     class CircularBufferSpec(AttentionSpec):
         pass
 
@@ -438,8 +450,10 @@ def namespace_033() -> SimpleNamespace:
 class _Layout(enum.Enum):
     LBHNC = "LBHNC"
     LBNHC = "LBNHC"
+    LHBNC = "LHBNC"
     BLHNC = "BLHNC"
     BLNHC = "BLNHC"
+    BHLNC = "BHLNC"
 
 
 def vllm_config_033(*, kv_cache_layout: str | None = "LBNHC", **kwargs: Any) -> SimpleNamespace:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from kvrules.decisions import Decision
 from kvrules.errors import CapacityError, ConfigError, GroupingError, PluginError
 from kvrules.integrations import vllm032, vllm033, vllm_lines, vllm_platform
 from kvrules.integrations import vllm_fallback as fallback
+from kvrules.integrations import vllm_log as vllm_log_lines
 from kvrules.integrations.vllm_config import VllmSettings, read_vllm_config
 from kvrules.integrations.vllm_lines import UnknownVllmSeamError, VllmLine
 from kvrules.integrations.vllm_patches import Patches
@@ -58,7 +58,7 @@ from kvrules.specs import MambaSpec, SlidingWindowSpec
 from kvrules.specs.base import KVCacheSpec
 
 #: vLLM's operators read vLLM's log: the decisions vLLM itself reports there are repeated here
-vllm_log = logging.getLogger("vllm.kvrules")
+vllm_log = vllm_log_lines.vllm_log
 
 #: the module whose functions :func:`install` replaces (0.27-0.32)
 UTILS_MODULE = vllm_lines.UTILS_MODULE
@@ -162,30 +162,6 @@ def to_kv_cache_groups(
     resolved = classes if classes is not None else vllm_classes()
     build = _spec_builder(resolved, cache)
     return [_group_spec(g, resolved, build) for g in groups]
-
-
-# -- vLLM-facing log lines -------------------------------------------------------------------
-_VLLM_LOG_LEVELS = {
-    "hybrid-disabled": logging.WARNING,
-    "full-allocation-fallback": logging.WARNING,
-    "auto-fit": logging.INFO,
-    "num-gpu-blocks-override": logging.INFO,
-}
-_VLLM_LOG_NOTES = {
-    "hybrid-disabled": " Memory savings of sliding-window and chunked layers are off; their compute is unchanged.",
-    "full-allocation-fallback": " Only allocation changes: sliding-window attention compute is unchanged.",
-}
-
-
-def _forward_to_vllm_log(decisions: Sequence[Decision]) -> None:
-    """Repeat the model-level decisions vLLM reports in its own log on the ``vllm.kvrules`` logger."""
-    for decision in decisions:
-        level = _VLLM_LOG_LEVELS.get(decision.rule)
-        if level is None or decision.outcome != "applied" or decision.layer is not None:
-            continue
-        vllm_log.log(
-            level, "kvrules %s: %s%s", decision.rule, decision.reason, _VLLM_LOG_NOTES.get(decision.rule, "")
-        )
 
 
 # -- the adapter -----------------------------------------------------------------------------
@@ -363,7 +339,7 @@ class VllmAdapter:
             for name, new in converted.items():
                 if new is not specs[name]:
                     kv_cache_spec[name] = to_vllm_spec(new, layer=name, classes=self.classes)
-        _forward_to_vllm_log(decisions)
+        vllm_log_lines.forward(decisions)
         return to_kv_cache_groups(groups, classes=self.classes, cache=self.cache)
 
     def plan(
@@ -426,7 +402,7 @@ class VllmAdapter:
         plan = self._plan(settings, kv_cache_specs, available_memory)
         if settings.engine.auto_fit_max_model_len and plan.max_model_len < settings.engine.max_model_len:
             vllm_config.model_config.max_model_len = plan.max_model_len
-        _forward_to_vllm_log(plan.decisions)
+        vllm_log_lines.forward(plan.decisions)
         return to_kv_cache_configs(plan, classes=self.classes, cache=self.cache)
 
 

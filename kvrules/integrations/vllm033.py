@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 from kvrules import logs
 from kvrules.errors import ConfigError
 from kvrules.integrations import vllm_fallback as fallback
+from kvrules.integrations import vllm_log as vllm_log_lines
 from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec, to_vllm033_spec
 from kvrules.integrations.vllm_config import config_value, read_vllm033_config
 from kvrules.integrations.vllm_lines import BUILDER_MODULE
@@ -53,7 +53,7 @@ STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
 #: the line this module answers
 LINE = "0.33"
 #: vLLM's operators read vLLM's log: what kvrules did inside the engine is said there too
-vllm_log = logging.getLogger("vllm.kvrules")
+vllm_log = vllm_log_lines.vllm_log
 #: the preset that reproduces vLLM 0.33 (``auto`` / unset on this line)
 LINE_PRESET = "vllm-0.33"
 #: the ``CacheConfig`` field vLLM copies into every ``KVCacheConfig`` it places
@@ -253,7 +253,9 @@ class GroupsAnswer:
 
     :ivar groups: vLLM's ``KVCacheGroupSpec`` list.
     :ivar replaced: layer -> the vLLM spec ``get_kv_cache_groups`` writes into ``kv_cache_spec``
-        in place (with ``disable_hybrid_kv_cache_manager``, the layers converted to full attention).
+        in place: with ``disable_hybrid_kv_cache_manager``, the layers converted to full attention,
+        as vLLM converts them; nothing otherwise (a fallback route's promoted specs live in its
+        groups only, and the caller's dict is left as vLLM leaves it).
     :ivar route: the router that grouped the layers (``unified-page``, ``uniform-spec``, ...).
     """
 
@@ -273,19 +275,22 @@ def answer_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str
         _announced.clear()  # a new grouping: its placement is announced again
     originals = dict(kv_cache_spec)
     grouping, given = _grouping(st, vllm_config, kv_cache_spec)
-    replaced = {
-        name: st.to_vllm(spec, name, carried_fields([originals[name]], name))
-        for name, spec in grouping.specs.items()
-        if name in originals
-        and spec is not given[name]
-        and type(spec).__name__ != type(originals[name]).__name__
-    }
+    replaced = {}
+    if config_value(vllm_config, "scheduler_config.disable_hybrid_kv_cache_manager"):
+        replaced = {  # vLLM converts these in place; other routes' promotions stay in the groups
+            name: st.to_vllm(spec, name, carried_fields([originals[name]], name))
+            for name, spec in grouping.specs.items()
+            if name in originals
+            and spec is not given[name]
+            and type(spec).__name__ != type(originals[name]).__name__
+        }
     groups = [_to_vllm_group(st, g, originals) for g in grouping.groups]
     decisions = st.decisions
     if groups:
         pool_bytes_per_block(st, vllm_config, groups)
         _worker_plan(st, vllm_config, groups, 1)
     st.decisions = decisions
+    vllm_log_lines.forward(decisions)
     return GroupsAnswer(groups, replaced, _applied_route(decisions))
 
 
@@ -343,9 +348,12 @@ def pool_bytes_per_block(st: BuilderState, vllm_config: Any, kv_cache_groups: Se
     return worker.block_bytes if worker.layout is not None else None
 
 
-def backing_of_plan(plan: WorkerPlan, *, block_outermost: bool) -> tuple[BackingTensor, ...]:
+def backing_of_plan(
+    plan: WorkerPlan, *, block_outermost: bool, layout: str | None = None
+) -> tuple[BackingTensor, ...]:
     """The worker's placement as one backing: the layout's own ``backing`` when it places one,
-    else its tensors re-expressed over one backing of ``bytes per block x num_blocks``.
+    else its tensors re-expressed over one backing of ``bytes per block x num_blocks``, strided
+    as the KV-cache ``layout`` orders the axes.
 
     :raises ConfigError: the layout's tensors mix packed and plain tensors (no one-backing form).
     """
@@ -362,7 +370,9 @@ def backing_of_plan(plan: WorkerPlan, *, block_outermost: bool) -> tuple[Backing
     block_bytes = sum(t.size for t in plan.tensors) // plan.num_blocks
     if packed == {True}:
         block_bytes = max(t.block_stride for t in plan.tensors)
-    return backing_tensors(plan.groups, plan.num_blocks, block_bytes, block_outermost=block_outermost)
+    return backing_tensors(
+        plan.groups, plan.num_blocks, block_bytes, block_outermost=block_outermost, layout=layout
+    )
 
 
 def _vllm_tensor(classes: VllmClasses, t: BackingTensor) -> Any:
@@ -386,7 +396,9 @@ def get_kv_cache_config_from_groups(
         return _kv_cache_config(st, vllm_config, 1, [], [])
     settings = read_vllm033_config(vllm_config, grouping_only=True)
     plan = _worker_plan(st, vllm_config, kv_cache_groups, num_blocks)
-    backing = backing_of_plan(plan, block_outermost=settings.engine.block_outermost)
+    backing = backing_of_plan(
+        plan, block_outermost=settings.engine.block_outermost, layout=settings.engine.kv_cache_layout
+    )
     announce(st, plan)
     return _kv_cache_config(
         st, vllm_config, num_blocks, [_vllm_tensor(st.classes, t) for t in backing], list(kv_cache_groups)

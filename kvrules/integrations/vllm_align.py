@@ -43,6 +43,7 @@ from kvrules import logs
 from kvrules.decisions import Decision
 from kvrules.errors import KVRulesError
 from kvrules.hf import HFModel, HFOptions, build_hf_model
+from kvrules.integrations import vllm_log as vllm_log_lines
 from kvrules.pipeline import Planner
 from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
@@ -64,7 +65,7 @@ LINE_PRESETS = {"0.28": "vllm-0.28", "0.32": "vllm-0.33", "0.33": "vllm-0.33"}
 #: speculative methods whose draft is the target's own MTP layers
 MTP_METHODS = ("mtp",)
 
-vllm_log = logging.getLogger("vllm.kvrules")
+vllm_log = vllm_log_lines.vllm_log
 PlannerSource = Callable[[], Planner]
 
 

@@ -27,7 +27,6 @@ same specs, the same way. Importing this module never imports vLLM.
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any, Literal, TypeVar
 from kvrules import logs, switches
 from kvrules.decisions import Decision
 from kvrules.errors import CapacityError, KVRulesError
+from kvrules.integrations import vllm_log as vllm_log_lines
 
 #: the decision's rule and stage
 RULE = "vllm-fallback"
@@ -45,7 +45,7 @@ STRICT_ENV = "KVRULES_VLLM_STRICT"
 #: how many layer sets a process remembers (a process plans a handful of models)
 MEMORY = 64
 
-vllm_log = logging.getLogger("vllm.kvrules")
+vllm_log = vllm_log_lines.vllm_log
 T = TypeVar("T")
 Kind = Literal["grouping", "placement"]
 GROUPING: Kind = "grouping"

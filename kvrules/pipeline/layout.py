@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from kvrules.config import EngineConfig
 from kvrules.errors import CapacityError, GroupingError, KVRulesError, PluginError
 from kvrules.plan import BackingTensor, KVCacheGroup, KVCacheTensor, WorkerPlan
 from kvrules.plugin.ask import Asker
@@ -121,9 +122,11 @@ def own_blocks(worker: WorkerLayout, ask: Asker) -> int:
     return blocks
 
 
-def backing_of(worker: WorkerLayout, num_blocks: int) -> tuple[BackingTensor, ...]:
+def backing_of(worker: WorkerLayout, num_blocks: int, config: EngineConfig) -> tuple[BackingTensor, ...]:
     """vLLM 0.33's form of the worker's placement, from a layout that places one backing
-    allocation (it has a ``backing(groups, num_blocks)`` method); empty for any other layout.
+    allocation (it has a ``backing(groups, num_blocks, layout)`` method, ``layout`` being the
+    KV-cache layout these groups are planned against, :meth:`EngineConfig.layout_for`); empty
+    for any other layout.
 
     :raises PluginError: the layout's ``backing`` raised, or did not return a tuple of
         :class:`BackingTensor` (naming the layout).
@@ -131,8 +134,9 @@ def backing_of(worker: WorkerLayout, num_blocks: int) -> tuple[BackingTensor, ..
     place = getattr(worker.layout, "backing", None)
     if worker.layout is None or not callable(place):
         return ()
+    specs = (s for g in worker.groups for s in g.spec.members(g.layer_names).values())
     try:
-        backing = place(worker.groups, num_blocks)
+        backing = place(worker.groups, num_blocks, layout=config.layout_for(specs)[0])
     except KVRulesError:
         raise
     except Exception as exc:
@@ -183,7 +187,7 @@ def lay_out(
                 worker.layout.name,
                 worker.memory,
                 blocks,
-                backing_of(worker, agreed),
+                backing_of(worker, agreed, ctx.config),
             )
         )
     if len(workers) > 1:

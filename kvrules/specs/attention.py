@@ -144,6 +144,16 @@ class AttentionSpec(KVCacheSpec):
         content = self.state_content_bytes
         return (heads, content if content is not None else self.dense_state_content_bytes)
 
+    def page_shape(self) -> tuple[int, int, int]:
+        """``(heads, stored tokens, state content bytes)`` as vLLM's formula reads the page
+        (:meth:`state_layout`); one head and one state when the page has no such form."""
+        layout = self.state_layout()
+        if layout is not None:
+            heads, content = layout
+            if heads * self.storage_block_size * content == self.unpadded_page_size_bytes:
+                return (heads, self.storage_block_size, content)
+        return super().page_shape()
+
     def _validate_extra(self) -> None:
         """Subclass hook: validate type-specific fields."""
 

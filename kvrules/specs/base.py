@@ -274,6 +274,14 @@ class KVCacheSpec:
         """Bytes one page needs before any padding (real state plus quantisation scales)."""
         return self.real_page_size_bytes
 
+    def page_shape(self) -> tuple[int, int, int]:
+        """The unpadded page as vLLM 0.33's logical ``(heads, states, content bytes)`` (the
+        ``H, N, C`` of its ``[L, B, H, N, C]`` KV-cache axes, whose product is
+        :attr:`unpadded_page_size_bytes`): one head and one state by default; attention specs
+        answer their heads and stored tokens. A KV-cache layout that puts heads outside blocks
+        (``LHBNC``) strides blocks by a head's share of the page."""
+        return (1, 1, self.unpadded_page_size_bytes)
+
     @property
     def page_size_bytes(self) -> int:
         """Bytes one block of this layer takes in the pool, padding included."""
