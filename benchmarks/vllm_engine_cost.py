@@ -14,9 +14,10 @@ alike. Measured per run:
   ``KVRULES_VLLM_STRATEGIES=auto``), the first plan and everything else of an engine start;
 * **first plan**: the engine's first ``get_kv_cache_configs`` call (inside the child), the whole
   planning step of an engine start: vLLM's own functions alone, or with kvrules' in their place;
-* **plugins**: vLLM's loading of its general plugins (inside the child): nothing but vLLM's own
-  scan alone; with kvrules, kvrules' import, its seam detection and ``install()`` with the
-  plugins of kvrules loaded (kvrules' share of the start, apart from the first plan).
+* **plugins**: vLLM's loading of its general plugins (inside the child): vLLM alone loads its
+  own (``VLLM_PLUGINS`` names all but kvrules', so kvrules is not even imported); with kvrules,
+  also kvrules' import, its seam detection and ``install()`` with kvrules' plugins loaded
+  (kvrules' share of the start, apart from the first plan).
 
 Printed: every run, then per mode the median, minimum and maximum, and the median over pairs of
 the ratio kvrules / vLLM alone (target: at most 1.03 for the start).
@@ -69,6 +70,14 @@ os._exit(0)
 """.replace("MARK", MARK)
 
 
+def vllm_own_plugins() -> list[str]:
+    """The installed general plugins of vLLM other than kvrules' (vLLM's own LoRA resolvers)."""
+    from importlib.metadata import entry_points
+
+    names = [ep.name for ep in entry_points(group="vllm.general_plugins") if ep.name != "kvrules"]
+    return names or ["none"]
+
+
 def run_once(model: Path, kvrules: bool) -> dict[str, Any]:
     """One fresh engine process: its start time (spawn to ``LLM()`` returned) and first plan."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVRULES_", "VLLM_"))}
@@ -81,6 +90,8 @@ def run_once(model: Path, kvrules: bool) -> dict[str, Any]:
     )
     if kvrules:
         env["KVRULES_VLLM_STRATEGIES"] = "auto"
+    else:  # vLLM's own general plugins only: kvrules is neither imported nor loaded
+        env["VLLM_PLUGINS"] = ",".join(vllm_own_plugins())
     began = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(model)],
