@@ -3,6 +3,11 @@ whose every refusal is a :class:`~kvrules.ModelFileError` naming the file.
 
 What a readable document is:
 
+* A **regular file** (a symbolic link to one is followed) of at most :data:`MAX_DOCUMENT_BYTES`
+  bytes. A FIFO, a device (``/dev/zero``), a socket or a directory is refused before a byte is
+  read, and opened without blocking, so a FIFO swapped in between the check and the open cannot
+  hang the reader; the file is read with a bound, so one that grows while it is read is refused
+  too.
 * **UTF-8** text (a UTF-8 byte order mark is skipped). Anything else is refused naming the byte
   offset: invalid UTF-8, a UTF-16/UTF-32 byte order mark, or a NUL byte (UTF-16/32 text).
 * **JSON** (``fmt="json"``) with **unique keys** in every object (the later value of a duplicate
@@ -20,6 +25,7 @@ import codecs
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable
 from itertools import accumulate, repeat
@@ -31,6 +37,31 @@ from kvrules.values import shown
 
 #: the deepest nesting a document may have; real model files and configs stay below 10
 MAX_NESTING = 64
+
+#: the largest document :func:`read_bytes` reads, in bytes (256 MiB). A Hugging Face
+#: ``config.json`` is a few KiB; a model file lists one spec per layer (about 200 bytes each), so
+#: even 100,000 layers with a spec of their own stay below 64 MiB. A larger file is refused before
+#: it is read: it is not a model file, or not the one meant.
+MAX_DOCUMENT_BYTES = 256 * 2**20
+
+#: what a file that is not a regular file is, by the ``S_IS*`` test of its mode
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+#: ``os.open`` flags where the platform has them: never block on a FIFO, never become the
+#: controlling terminal, never leak into a child process, no newline translation (Windows)
+_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
+_OPEN_FLAGS: int = (
+    os.O_RDONLY
+    | _NONBLOCK
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 
 Format = Literal["json", "toml"]
 
@@ -62,13 +93,75 @@ class _DuplicateKey(Exception):
         self.key = key
 
 
-def read_bytes(path: Path, what: str, *, hint: str = "") -> bytes:
-    """The bytes of ``path``; ``what`` (``"model file"``) and ``hint`` word the error.
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words, when it is not a regular file (else ``""``)."""
+    if stat.S_ISREG(mode):
+        return ""
+    return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
 
-    :raises ModelFileError: the file is missing, a directory or unreadable.
+
+def _check_file(path: Path, what: str, hint: str, info: os.stat_result, limit: int) -> None:
+    """Refuse what is not a regular file of at most ``limit`` bytes (``info``: its ``stat``)."""
+    kind = _kind(info.st_mode)
+    if kind == "a directory":
+        raise ModelFileError(f"{path}: cannot read the {what}: it is a directory{hint}")
+    if kind:
+        raise ModelFileError(
+            f"{path}: cannot read the {what}: it is {kind}, not a regular file; kvrules reads only "
+            "regular files: save the document to a file and give its path"
+        )
+    if info.st_size > limit:
+        over = info.st_size - limit
+        unit = "byte" if over == 1 else "bytes"
+        raise _too_large(path, what, f"it is {info.st_size:,} bytes, {over:,} {unit} over", limit)
+
+
+def _too_large(path: Path, what: str, size: str, limit: int) -> ModelFileError:
+    named = (
+        f" ({limit // 2**20} MiB, kvrules.jsonfile.MAX_DOCUMENT_BYTES)" if limit == MAX_DOCUMENT_BYTES else ""
+    )
+    return ModelFileError(
+        f"{path}: cannot read the {what}: {size} the limit of {limit:,} bytes{named}; a real "
+        f"{what} is far smaller: check that this is the right file"
+    )
+
+
+def _read_bounded(fd: int, limit: int) -> bytes | None:
+    """At most ``limit`` bytes from ``fd`` (``None``: there are more)."""
+    chunks: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 2**20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return None if left <= 0 else b"".join(chunks)
+
+
+def read_bytes(path: Path, what: str, *, hint: str = "", limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` (:data:`MAX_DOCUMENT_BYTES`) of
+    them; ``what`` (``"model file"``) and ``hint`` word the error.
+
+    The file is checked with ``stat`` before it is opened (a FIFO or a device is never opened),
+    opened without blocking and checked again with ``fstat`` (so a FIFO swapped in between cannot
+    block), and read with a bound (so a file that grows while it is read cannot exhaust memory).
+
+    :raises ModelFileError: the file is missing, a directory, a FIFO, a device or a socket, larger
+        than ``limit``, or unreadable; naming the file, what it is and the fix.
     """
     try:
-        return path.read_bytes()
+        _check_file(path, what, hint, os.stat(path), limit)
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            _check_file(path, what, hint, os.fstat(fd), limit)
+            if _NONBLOCK:
+                os.set_blocking(fd, True)  # a regular file: ordinary reads from here on
+            data = _read_bounded(fd, limit)
+        finally:
+            os.close(fd)
+    except ModelFileError:  # from _check_file (a ValueError)
+        raise
     except FileNotFoundError:
         raise ModelFileError(f"{path}: cannot read the {what}: file not found{hint}") from None
     except IsADirectoryError:
@@ -77,6 +170,9 @@ def read_bytes(path: Path, what: str, *, hint: str = "") -> bytes:
         raise ModelFileError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     except ValueError as exc:  # an embedded NUL in the path
         raise ModelFileError(f"{shown(str(path))}: cannot read the {what} ({exc})") from None
+    if data is None:
+        raise _too_large(path, what, "reading it gave more bytes than", limit)
+    return data
 
 
 def decode_utf8(raw: bytes, source: str) -> str:
@@ -248,6 +344,7 @@ def read_document(path: str | Path, what: str, fmt: Format, *, hint: str = "") -
 
 
 __all__ = [
+    "MAX_DOCUMENT_BYTES",
     "MAX_NESTING",
     "as_path",
     "check_document",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from kvrules.cli.hf import add_hf_arguments, hf_model_from_args
 from kvrules.config import EngineConfig
 from kvrules.errors import CapacityError, ConfigError, Fix, KVRulesError, ModelFileError
 from kvrules.examples import load_example
+from kvrules.hf.build import MTP
+from kvrules.hf.config import config_path
 from kvrules.model import ModelFile, load_model_file
 from kvrules.plugin.manager import KVRulesPluginManager, enable_trace, get_plugin_manager
 from kvrules.units import parse_sizes
@@ -194,6 +197,67 @@ def output_path(path: str | None, flag: str) -> Path | None:
     if not parent.is_dir():
         raise ConfigError(f"{flag} {path}: the directory {parent} does not exist; create it first")
     return p
+
+
+#: the argparse destinations of the files a command reads: what each is, how the flag is shown
+INPUT_FLAGS = {
+    "file": ("model file", "FILE"),
+    "hf_config": ("Hugging Face config", "--hf-config"),
+    "draft": ("draft config", "--draft"),
+}
+#: the argparse destinations of the files a command writes, and their flags
+OUTPUT_FLAGS = {"output": "-o", "picture": "--picture"}
+
+
+def _input_paths(args: argparse.Namespace) -> list[tuple[str, str, Path]]:
+    """The files ``args`` reads: (what, flag, path); a config directory stands for its
+    ``config.json``."""
+    out = []
+    for dest, (what, flag) in INPUT_FLAGS.items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not value or (dest == "draft" and value == MTP):
+            continue
+        out.append((what, flag, config_path(value) if dest != "file" else Path(value)))
+    return out
+
+
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a symbolic link loop
+        return os.path.abspath(path)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file: :func:`os.path.samefile` when both exist (hard
+    links included), else the same path once symbolic links are resolved."""
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        pass
+    return _resolved(a) == _resolved(b)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output file (``-o``, ``--picture``) that is one of the
+    command's input files (``FILE``, ``--hf-config``, ``--draft``): writing it would destroy the
+    input. Every command goes through here (:func:`kvrules.cli.main.main`).
+
+    :raises ConfigError: naming both flags and the path.
+    """
+    inputs = _input_paths(args)
+    for dest, flag in OUTPUT_FLAGS.items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not value:
+            continue
+        for what, in_flag, path in inputs:
+            if same_file(Path(value), path):
+                given = "" if in_flag == "FILE" else f"{in_flag} "
+                raise ConfigError(
+                    f"{flag} {value}: is the {what} {given}{path}; writing there would overwrite "
+                    f"the input: give {flag} another path"
+                )
 
 
 def write_output(path: str, text: str, flag: str) -> None:
