@@ -21,7 +21,9 @@ failure on one rank is reported on all ranks instead of leaving the others waiti
 
 Collectives use the group's timeout (``init_process_group(timeout=...)``); a collective that
 fails or times out (a rank crashed, or never called this function) raises
-:class:`DistributedPlanError` naming the step. ``torch`` is imported only when called.
+:class:`DistributedPlanError` naming the step. ``torch`` is imported only when called; torch's
+object collectives need numpy (a dependency of kvrules), and without it every rank raises
+:class:`~kvrules.ConfigError` saying so before the first collective.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import time
 from collections.abc import Mapping
@@ -260,6 +263,12 @@ class _Group:
             raise ConfigError(
                 "torch.distributed is not initialised: call torch.distributed.init_process_group(...) "
                 "on every rank first (or use kvrules.Planner in a single process)"
+            )
+        if importlib.util.find_spec("numpy") is None:  # torch's object collectives need it
+            raise ConfigError(
+                "kvrules.distributed needs numpy (torch.distributed.all_gather_object decodes every "
+                "rank's payload through it, and torch does not depend on it): pip install numpy, "
+                "which kvrules itself depends on, on every rank"
             )
         self.torch, self.dist, self.group = torch, dist, group
         self.rank = dist.get_rank(group)

@@ -16,7 +16,10 @@ checkout, with ``python -I``, so the source tree cannot be imported:
 * every packaged file is installed; the ``py.typed`` markers, the plan schemas and the examples (model
   files and ``hf/`` folders) are readable through the installed package;
 * ``kvrules plan --example issue-43626`` works, and its ``--json`` output validates against the
-  schema shipped inside the installed package.
+  schema shipped inside the installed package;
+* ``kvrules.distributed.plan_across_ranks`` plans across two CPU ranks (gloo, two spawned
+  processes of the fresh environment): both ranks return the plan one process makes of the two
+  stages (so the wheel's declared dependencies cover torch's object collectives, numpy included).
 
 Usage (from anywhere; ``.ci/run`` runs it after the tests)::
 
@@ -234,6 +237,7 @@ def inside_checks(listing: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     problems += guarded("installed files", lambda: _installed_file_problems(listing["shipped"]))
     problems += guarded("package data", _marker_and_schema_problems)
     problems += guarded("examples", lambda: _example_problems(listing["source"]))
+    problems += guarded("two-rank planning", distributed_problems)
     from importlib import resources
 
     return {"problems": problems, "schemas": str(resources.files("kvrules") / "schemas")}
@@ -356,6 +360,110 @@ def example_load_problems(names: Iterable[str]) -> list[str]:
         except Exception as exc:
             failures.setdefault(f"{type(exc).__name__}: {exc}", []).append(name)
     return [f"example(s) {', '.join(bad)} do not load: {error}" for error, bad in failures.items()]
+
+
+# --- planning across two ranks -------------------------------------------------------------------------
+
+#: the ranks of the two-rank check, each one's free memory (different: the smaller one decides)
+RANK_MEMORY = (3 << 30, 2 << 30)
+#: seconds the two ranks get, torch's import included, before the check fails
+RANKS_TIMEOUT = 120
+
+
+def rank_stages() -> list[dict[str, Any]]:
+    """A 12-layer hybrid model (one full-attention layer per five sliding-window layers) cut into one
+    pipeline stage per rank of :data:`RANK_MEMORY`."""
+    import kvrules
+
+    full = kvrules.FullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype="bfloat16")
+    window = kvrules.SlidingWindowSpec(
+        16, num_kv_heads=4, head_size=128, dtype="bfloat16", sliding_window=1024
+    )
+    layers = {f"model.layers.{i}.self_attn": full if i % 6 == 5 else window for i in range(12)}
+    names, ranks = list(layers), len(RANK_MEMORY)
+    size = len(names) // ranks
+    return [{n: layers[n] for n in names[r * size : (r + 1) * size]} for r in range(ranks)]
+
+
+def _plan_on_rank(rank: int, port: int, results: Any) -> None:
+    """One rank of :func:`distributed_problems` (run in a spawned process): join the gloo group on
+    127.0.0.1, plan its stage across ranks, put ``(rank, num_blocks, tensor sizes)`` or
+    ``(rank, error)`` on ``results``."""
+    from datetime import timedelta
+
+    try:
+        import torch.distributed as dist
+
+        import kvrules
+        from kvrules.distributed import plan_across_ranks
+
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=len(RANK_MEMORY),
+            timeout=timedelta(seconds=60),
+        )
+        try:
+            config = kvrules.EngineConfig(max_model_len=32768)
+            worker = plan_across_ranks(rank_stages()[rank], RANK_MEMORY[rank], config)
+            results.put((rank, worker.num_blocks, [t.size for t in worker.tensors]))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:
+        results.put((rank, f"{type(exc).__name__}: {exc}"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def distributed_problems() -> list[str]:
+    """``plan_across_ranks`` on two spawned CPU ranks returns, on each, its share of the plan one
+    process makes of both stages (``kvrules.plan`` with one worker per rank)."""
+    import multiprocessing
+    import queue
+
+    import kvrules
+
+    expected = kvrules.plan(rank_stages(), list(RANK_MEMORY), kvrules.EngineConfig(max_model_len=32768))
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = _free_port()
+    ranks = [context.Process(target=_plan_on_rank, args=(r, port, results)) for r in range(len(RANK_MEMORY))]
+    for process in ranks:
+        process.start()
+    answers: dict[int, tuple[Any, ...]] = {}
+    deadline = time.monotonic() + RANKS_TIMEOUT
+    try:
+        while len(answers) < len(ranks):
+            rank, *answer = results.get(timeout=max(deadline - time.monotonic(), 0.1))
+            answers[rank] = tuple(answer)
+    except queue.Empty:
+        missing = [str(r) for r in range(len(ranks)) if r not in answers]
+        return [
+            f"plan_across_ranks on two CPU ranks: rank(s) {', '.join(missing)} gave no answer in {RANKS_TIMEOUT} s"
+        ]
+    finally:
+        for process in ranks:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    problems = []
+    for rank, answer in sorted(answers.items()):
+        want = (expected.num_blocks, [t.size for t in expected.workers[rank].tensors])
+        if len(answer) == 1:
+            problems.append(f"plan_across_ranks on two CPU ranks failed on rank {rank}: {answer[0]}")
+        elif tuple(answer) != want:
+            problems.append(
+                f"plan_across_ranks on two CPU ranks: rank {rank} got num_blocks {answer[0]}, tensors "
+                f"{answer[1]}; one process plans num_blocks {want[0]}, tensors {want[1]}"
+            )
+    return problems
 
 
 # --- the checks run through the installed console script --------------------------------------------

@@ -376,11 +376,12 @@ def test_no_network_when_reading(transformers: Any, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     for model_type in ("llama", "gemma3", "qwen3_next", "deepseek_v3"):
         assert HFConfig({"model_type": model_type}, "x.json", reader="transformers").get("num_hidden_layers")
     import os
 
-    assert os.environ.get("HF_HUB_OFFLINE") is not None
+    assert os.environ.get("HF_HUB_OFFLINE") is None  # offline per call, never through the environment
 
 
 def test_importing_kvrules_does_not_import_transformers() -> None:

@@ -20,11 +20,12 @@ or the class changing the file's value), and :meth:`HFConfig.reading_note` says 
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
 from kvrules.hf import transformers_config as tf
@@ -44,6 +45,31 @@ from kvrules.jsonfile import as_path, read_document
 from kvrules.values import MAX_BYTES, MAX_DIMENSION, MAX_TOKENS, as_int, shown
 
 _MISSING: Any = object()
+
+_Accessor = TypeVar("_Accessor", bound=Callable[..., Any])
+
+#: the accessors of :class:`HFConfig` whose first argument names the field (or fields) asked for:
+#: on a tracked config (:attr:`HFConfig.reads` a set) each call records them
+ACCESSORS = ("get", "has", "integer", "opt_int", "first_int", "number", "string", "sequence", "flag")
+
+
+def recorded(method: _Accessor) -> _Accessor:
+    """``method`` (an accessor of :data:`ACCESSORS`) adding the field it is asked for to
+    ``self.reads`` when that is a set (a tracked config); applied where the class is defined,
+    never at run time, so every config pickles as its own class."""
+    if getattr(method, "records_reads", False):
+        return method
+
+    @functools.wraps(method)
+    def accessor(self: HFConfig, key: Any, *args: Any, **kwargs: Any) -> Any:
+        asked = self.reads
+        if asked is not None:
+            asked.update([key] if isinstance(key, str) else key)
+        return method(self, key, *args, **kwargs)
+
+    accessor.records_reads = True  # type: ignore[attr-defined]
+    return cast(_Accessor, accessor)
+
 
 #: the most layers one field of a Hugging Face config may count (``num_hidden_layers``, MTP
 #: layers): the largest real models have a few hundred; the bound is checked before anything is
@@ -158,7 +184,20 @@ class HFConfig:
     :param reader: ``auto`` (transformers when installed), ``transformers`` or ``builtin``
         (:data:`READERS`); the reading happens on the first value asked for.
     :raises ConfigError: an unknown ``reader``.
+
+    :ivar reads: ``None``, or on a tracked copy (:func:`kvrules.hf.select.tracked`) the set of
+        fields an architecture has asked for through :data:`ACCESSORS` (a subclass's own
+        accessors record too).
     """
+
+    reads: set[str] | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ACCESSORS:
+            method = cls.__dict__.get(name)
+            if callable(method):
+                setattr(cls, name, recorded(method))
 
     def __init__(self, data: Mapping[str, Any], source: str, *, reader: str = "auto") -> None:
         if reader not in READERS:
@@ -336,10 +375,12 @@ class HFConfig:
             return key
         return f"{self.text_key}.{key}"
 
+    @recorded
     def has(self, key: str) -> bool:
         """True when ``key`` has a value (from the file or a class default)."""
         return self.get(key) is not None
 
+    @recorded
     def get(self, key: str, default: Any = None) -> Any:
         """The value of ``key`` as the reader resolved it (the text config's, class defaults
         included), else the file's own (``text_config`` first, then the top level), else
@@ -366,6 +407,7 @@ class HFConfig:
             f"{self.source}: required field {self.where(key)!r} is missing{reason}; add it to the config"
         )
 
+    @recorded
     def integer(
         self,
         key: str,
@@ -399,12 +441,14 @@ class HFConfig:
             raise self.error(key, f"is {shown(number)}; it must be <= {limit:,}{because}")
         return number
 
+    @recorded
     def opt_int(self, key: str, *, minimum: int = 1, maximum: int | None = None) -> int | None:
         """An optional integer field (``None`` when absent or null)."""
         if self.get(key) is None:
             return None
         return self.integer(key, minimum=minimum, maximum=maximum)
 
+    @recorded
     def first_int(
         self,
         keys: Sequence[str],
@@ -422,6 +466,7 @@ class HFConfig:
             raise self.missing(keys[0], why or f"or any of {', '.join(keys[1:])}")
         return int(default)
 
+    @recorded
     def number(
         self, key: str, default: Any = _MISSING, *, maximum: float = MAX_DIMENSION, why: str = ""
     ) -> float:
@@ -500,6 +545,7 @@ class HFConfig:
                 f"({self.where('num_hidden_layers')} = {count})",
             )
 
+    @recorded
     def string(self, key: str, default: Any = _MISSING, *, why: str = "") -> str:
         """A string field."""
         value = self.get(key)
@@ -511,6 +557,7 @@ class HFConfig:
             raise self.error(key, f"is {shown(value)}; it must be a string")
         return value
 
+    @recorded
     def sequence(
         self, key: str, length: int | None = None, *, counted_by: str = "num_hidden_layers"
     ) -> list[Any] | None:
@@ -529,6 +576,7 @@ class HFConfig:
             )
         return value
 
+    @recorded
     def flag(self, key: str, default: bool) -> bool:
         """A boolean field."""
         value = self.get(key)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from kvrules.errors import ModelFileError
@@ -143,43 +142,14 @@ MTP_KEYS: dict[str, str] = {
     "num_mtp_modules": "an MTP layer count",
 }
 
-#: the accessors of :class:`HFConfig` whose first argument names the field (or fields) read
-_ACCESSORS = ("get", "has", "integer", "opt_int", "first_int", "number", "string", "sequence", "flag")
-
-
-def _recording(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    def accessor(self: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
-        self.reads.update([key] if isinstance(key, str) else key)
-        return method(self, key, *args, **kwargs)
-
-    accessor.__name__ = name
-    return accessor
-
-
-_TRACKED: dict[type[HFConfig], type[HFConfig]] = {}
-
-
-def _tracked_class(cls: type[HFConfig]) -> type[HFConfig]:
-    """``cls`` with every accessor recording the field it is asked for (made once per class)."""
-    if cls in _TRACKED:
-        return _TRACKED[cls]
-    methods: dict[str, Any] = {
-        n: _recording(n, getattr(cls, n)) for n in _ACCESSORS if callable(getattr(cls, n, None))
-    }
-    methods["untracked_class"] = cls
-    made: type[HFConfig] = type(f"Tracked{cls.__name__}", (cls,), methods)
-    _TRACKED[cls] = made
-    return made
-
 
 def tracked(config: HFConfig) -> HFConfig:
     """A shallow copy of ``config`` that records in ``reads`` (a set, empty at first) every field
-    an architecture asks it for. ``config`` itself is not changed; the copy reads the same data
-    (and shares :attr:`HFConfig.used`, the reader's own record)."""
-    base: type[HFConfig] = getattr(type(config), "untracked_class", type(config))
+    an architecture asks it for (:data:`kvrules.hf.config.ACCESSORS`). ``config`` itself is not
+    changed; the copy is of the same class (so it pickles as one), reads the same data, and
+    shares :attr:`HFConfig.used`, the reader's own record."""
     copy_ = copy.copy(config)
-    copy_.__class__ = _tracked_class(base)
-    copy_.reads = set()  # type: ignore[attr-defined]
+    copy_.reads = set()
     return copy_
 
 

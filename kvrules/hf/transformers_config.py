@@ -3,9 +3,13 @@ offline, so class defaults, renamed keys and nested text configs resolve as vLLM
 (vLLM reads ``hf_config.get_text_config()``).
 
 * transformers is imported only when a config is read this way (``import kvrules`` never imports
-  it), with ``HF_HUB_OFFLINE=1`` set unless the environment already sets it.
-* The class is looked up by ``model_type`` in transformers' own mapping and built from the
-  decoded dict (``from_dict``): nothing is downloaded, no weights are loaded, no remote code runs.
+  it). kvrules never changes the process's environment (no ``HF_HUB_OFFLINE``: huggingface_hub
+  reads it once, at import, so setting it would make every later hub access of the host process,
+  an engine loading weights say, run offline).
+* Offline by construction, per call: the class is looked up by ``model_type`` in transformers' own
+  mapping (``CONFIG_MAPPING``) and built from the decoded dict (``from_dict``, which takes no
+  ``local_files_only``: it never reaches the hub); nothing else of transformers is called, so
+  nothing is downloaded, no weights are loaded, no remote code runs.
   Model types transformers has no class for, and :data:`~kvrules.hf.defaults.REMOTE_CODE_MODEL_TYPES`,
   are left to the built-in reader (:func:`transformers_class` answers ``None``).
 * Any exception transformers raises while building the class (its strict-dataclass validation,
@@ -21,7 +25,6 @@ import functools
 import importlib
 import importlib.util
 import math
-import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -61,7 +64,7 @@ def transformers_installed() -> bool:
 
 
 def _transformers() -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    """The ``transformers`` module (imported on first use; the environment is left alone)."""
     return importlib.import_module("transformers")
 
 

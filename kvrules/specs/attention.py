@@ -250,6 +250,14 @@ class FullAttentionSpec(AttentionSpec):
     def _validate_extra(self) -> None:
         self._set_int("sliding_window", optional=True)
         self._set_int("attention_chunk_size", optional=True)
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            cls = type(self).__name__
+            raise SpecError(
+                f"{cls} sets both sliding_window={self.sliding_window} and "
+                f"attention_chunk_size={self.attention_chunk_size}: a layer computes either "
+                "sliding-window or chunked-local attention, not both (vLLM refuses a group with "
+                "both); set only the one this layer uses (or neither for plain full attention)"
+            )
 
     def uniform_type_key(self) -> Hashable | None:
         return ("full",)
@@ -285,6 +293,7 @@ class _MLAMixin:
     block_size: int
     num_kv_heads: int
     head_size: int
+    head_size_v: int | None
     dtype: str
     kv_quant_mode: KVQuantMode
     page_size_padded: int | None
@@ -302,6 +311,13 @@ class _MLAMixin:
 
     def _validate_mla(self) -> None:
         cls = type(self).__name__
+        if self.head_size_v != 0:
+            raise SpecError(
+                f"{cls}.head_size_v={shown(self.head_size_v)} with head_size={self.head_size}: an "
+                "MLA page holds one latent vector of head_size per token and no separate V (vLLM "
+                "adds head_size_v to every state, so its page would differ from this one); leave "
+                "head_size_v unset (0) and put the whole latent width in head_size"
+            )
         self._set_int("compress_ratio")
         self._set_int("alignment", maximum=MAX_BYTES, optional=True)
         if self.cache_dtype_str is not None and not isinstance(self.cache_dtype_str, str):
