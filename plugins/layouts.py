@@ -89,7 +89,13 @@ class PerLayer(Layout):
         return self._spec(groups).page_size_bytes
 
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-        return sum(memory_of(s, config) for s in self._spec(groups).kv_cache_specs.values())
+        """vLLM 0.28's sum of the members' ``max_memory_usage_bytes``, but never less than the
+        blocks one request takes (the group's block table, plus the groups that have no layer on
+        this worker but draw on the same block pool) times what a block costs (every member's
+        page): those are the blocks ``max_concurrency`` counts against the block count."""
+        own = sum(memory_of(s, config) for s in self._spec(groups).kv_cache_specs.values())
+        blocks = sum(blocks_of(g.spec, config) for g in groups)
+        return max(own, self.block_bytes(groups) * blocks)
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         return tuple(
@@ -117,11 +123,24 @@ class Packed(Layout):
         return max(s.page_size_bytes for s in _uniform_groups(groups))
 
     def request_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int:
-        specs = _uniform_groups(groups)
-        tuples = max(s.num_layer_tuples() for s in specs)
-        tuple_bytes = sum(specs[0].page_sizes())
-        pages = sum(blocks_of(s, config) for s in specs)
-        return tuples * pages * tuple_bytes
+        """The blocks one request takes, summed over every group (those without a layer on this
+        worker too: the scheduler's one block pool serves all of them, as ``max_concurrency``
+        counts), times what a block costs.
+
+        A block costs ``block_bytes`` (the largest group's page on this worker), the price the
+        block count is computed at; vLLM 0.28 prices it as the most layer tuples x the first
+        group's layer-tuple bytes, which is what its ``_max_memory_usage_bytes_from_groups``
+        assumes every group's page to be. The larger of the two is used: where vLLM 0.28's
+        figure is larger, its verdict (and auto-fit length) is kept; where it is smaller (groups
+        whose pages are not that many tuples of the first group's, e.g. hidden-state or other
+        MLA layers beside DeepSeek-V4 sliding-window MLA), vLLM 0.28 accepts plans whose blocks
+        cannot hold one request, and the real cost refuses them (vLLM 0.33 prices a request as
+        ``bytes_per_block x total_blocks``)."""
+        uniform = [cast(UniformTypeKVCacheSpecs, g.spec) for g in groups if g.spec.has_members]
+        tuples = max(s.num_layer_tuples() for s in uniform)
+        tuple_bytes = sum(uniform[0].page_sizes())
+        pages = sum(blocks_of(g.spec, config) for g in groups)
+        return max(tuples * tuple_bytes, self.block_bytes(groups)) * pages
 
     def tensors(self, groups: Sequence[KVCacheGroup], num_blocks: int) -> tuple[KVCacheTensor, ...]:
         stride = self.block_bytes(groups)

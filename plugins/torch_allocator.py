@@ -382,19 +382,131 @@ DEVICE_PATTERN = re.compile(r"^(?:(cpu|meta)|cuda(?::(\d+))?)$")
 OOM_PHRASES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
 
 
-def host_memory() -> tuple[int, int] | None:
-    """``(available, total)`` bytes of host memory (``/proc/meminfo``, else ``sysconf``)."""
+#: where :func:`host_memory` reads the kernel's figures (tests point these at a fake tree)
+PROC = "/proc"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _read(path: str) -> str | None:
+    """A small kernel file's text, or ``None`` when it cannot be read."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            info = {line.split(":")[0]: line.split()[1] for line in handle}
-        return int(info["MemAvailable"]) * 1024, int(info["MemTotal"]) * 1024
-    except (OSError, KeyError, ValueError, IndexError):
-        pass
-    try:
-        page = os.sysconf("SC_PAGE_SIZE")
-        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
-    except (ValueError, OSError, AttributeError):
+        with open(path, encoding="ascii") as handle:
+            return handle.read(1 << 16)
+    except (OSError, UnicodeDecodeError):
         return None
+
+
+def _number(text: str | None) -> int | None:
+    """The integer in ``text``; ``None`` for none, ``max`` (no limit) or anything unreadable."""
+    value = (text or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _inactive_file(directory: str, key: str) -> int:
+    """Bytes of inactive page cache the kernel reclaims before the cgroup runs out (0 if unknown)."""
+    for line in (_read(os.path.join(directory, "memory.stat")) or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return _number(value) or 0
+    return 0
+
+
+def _cgroup_dirs(base: str, path: str) -> Iterator[str]:
+    """``base/path`` and each of its parents up to ``base`` itself (the limit may sit on any)."""
+    parts = [p for p in path.split("/") if p and p not in (".", "..")]
+    for depth in range(len(parts), -1, -1):
+        yield os.path.join(base, *parts[:depth])
+
+
+def cgroup_memory(proc: str = PROC, root: str = CGROUP_ROOT) -> tuple[int, int] | None:
+    """``(headroom, limit)`` bytes of the tightest memory limit on this process's cgroups
+    (v2 ``memory.max`` / ``memory.current``, v1 ``memory.limit_in_bytes`` /
+    ``memory.usage_in_bytes``, at its cgroup and every parent), or ``None`` without a limit.
+
+    Headroom is the limit minus the usage, less the inactive page cache (``inactive_file``,
+    which the kernel reclaims before the cgroup's OOM killer acts, as ``docker stats`` counts);
+    ``max`` means no limit.
+    """
+    paths: dict[str, str] = {}
+    for line in (_read(os.path.join(proc, "self", "cgroup")) or "0::/").splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            paths.setdefault("v2", path)
+        elif "memory" in controllers.split(","):
+            paths.setdefault("v1", path)
+    files = {
+        "v2": ([root, os.path.join(root, "unified")], "memory.max", "memory.current", "inactive_file"),
+        "v1": (
+            [os.path.join(root, "memory")],
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        ),
+    }
+    found: list[tuple[int, int]] = []
+    for version, path in paths.items():
+        bases, limit_file, usage_file, inactive = files[version]
+        for directory in (d for base in bases for d in _cgroup_dirs(base, path)):
+            limit = _number(_read(os.path.join(directory, limit_file)))
+            usage = _number(_read(os.path.join(directory, usage_file)))
+            if limit is not None and usage is not None:
+                working = max(usage - _inactive_file(directory, inactive), 0)
+                found.append((max(limit - working, 0), limit))
+    if not found:
+        return None
+    return min(h for h, _ in found), min(limit for _, limit in found)
+
+
+def host_memory(proc: str | None = None, root: str | None = None) -> tuple[int, int] | None:
+    """``(available, total)`` bytes of host memory for this process: ``MemAvailable`` and
+    ``MemTotal`` of ``/proc/meminfo`` (else ``sysconf``), or the cgroup's limit minus its usage
+    (:func:`cgroup_memory`) and its limit where those are lower."""
+    proc = PROC if proc is None else proc
+    root = CGROUP_ROOT if root is None else root
+    found: tuple[int, int] | None = None
+    try:
+        info = {}
+        for line in (_read(os.path.join(proc, "meminfo")) or "").splitlines():
+            name, _, value = line.partition(":")
+            info[name] = value.split()[0]
+        found = int(info["MemAvailable"]) * 1024, int(info["MemTotal"]) * 1024
+    except (KeyError, ValueError, IndexError):
+        try:
+            page = os.sysconf("SC_PAGE_SIZE")
+            found = os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+        except (ValueError, OSError, AttributeError):
+            found = None
+    limited = cgroup_memory(proc, root)
+    if limited is None:
+        return found
+    if found is None:
+        return limited
+    return min(found[0], limited[0]), min(found[1], limited[1])
+
+
+def cuda_memory(device: str) -> tuple[int, int]:
+    """``(free, total)`` bytes of a CUDA device: the driver's free memory
+    (``torch.cuda.mem_get_info``) plus what torch's caching allocator holds unused on it (it
+    hands that out first, and empties its cache and retries before failing)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    cached = int(torch.cuda.memory_reserved(device)) - int(torch.cuda.memory_allocated(device))
+    return int(free) + max(cached, 0), int(total)
+
+
+def free_memory(device: str) -> tuple[int, int] | None:
+    """The probe behind :meth:`TorchAllocator.device_memory`: ``(free, total)`` bytes of
+    ``device`` (``cpu``: :func:`host_memory`; ``cuda``, ``cuda:N``: :func:`cuda_memory`), or
+    ``None`` for ``meta`` and any other name. Allocation compares a plan with its answer
+    before the first buffer; tests replace this function instead of depending on the machine."""
+    match = DEVICE_PATTERN.match(device)
+    if match is None or match.group(1) == "meta":
+        return None
+    if match.group(1) == "cpu":
+        return host_memory()
+    return cuda_memory(device)
 
 
 def cuda_index(device: str) -> int | None:
@@ -436,15 +548,7 @@ class TorchAllocator(Allocator):
         return applies(f"{device}: CUDA device {index if index is not None else 'current'} of {count}.")
 
     def device_memory(self, device: str) -> tuple[int, int] | None:
-        match = DEVICE_PATTERN.match(device)
-        if match is None or match.group(1) == "meta":
-            return None
-        if match.group(1) == "cpu":
-            return host_memory()
-        import torch
-
-        free, total = torch.cuda.mem_get_info(device)
-        return int(free), int(total)
+        return free_memory(device)  # looked up at each call, so a test can replace the probe
 
     def buffer(self, nbytes: int, device: str) -> object:
         import torch
@@ -480,7 +584,10 @@ __all__ = [
     "PieceLayout",
     "SplitKVLayout",
     "TorchAllocator",
+    "cgroup_memory",
     "contiguous_strides",
     "cuda_index",
+    "cuda_memory",
+    "free_memory",
     "host_memory",
 ]

@@ -22,6 +22,7 @@ from kvrules import Allocation, AllocationError, PluginError, get_plugin_manager
 from kvrules.allocation import AllocationRequest, Allocator, Placement, ViewLayout
 from kvrules.plugin.registry import AllocatorRegistry
 from kvrules.plugin.rules import Check, applies, declines
+from kvrules_plugins import torch_allocator
 from kvrules_plugins.torch_allocator import TorchAllocator, host_memory
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "allocation.md"
@@ -271,7 +272,9 @@ def test_any_other_failure_frees_too_and_names_the_allocator() -> None:
     assert _alive(allocator.made) == 0
 
 
-def test_a_real_cpu_out_of_memory_is_an_allocation_error() -> None:
+def test_a_real_cpu_out_of_memory_is_an_allocation_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a probe that cannot tell lets the plan reach torch (the free-memory check would refuse it first)
+    monkeypatch.setattr(torch_allocator, "free_memory", lambda device: None)
     spec = models.attention(block_size=16, num_kv_heads=8, head_size=128)
     plan = models.plan_of({"a": spec}, 1 << 60)
     with pytest.raises(

@@ -10,6 +10,7 @@ import torch
 
 import kvrules
 from kvrules import AllocationError
+from kvrules_plugins import torch_allocator
 
 pytestmark = [
     pytest.mark.cuda,
@@ -39,8 +40,10 @@ def test_cuda_index_out_of_range_is_declined() -> None:
         kvrules.allocate(models.dense(), f"cuda:{index}")
 
 
-def test_out_of_memory_frees_what_was_allocated() -> None:
+def test_out_of_memory_frees_what_was_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
     free, _ = torch.cuda.mem_get_info()
+    # a probe that over-reports lets the plan reach torch (the free-memory check would refuse it first)
+    monkeypatch.setattr(torch_allocator, "free_memory", lambda device: (1 << 50, 1 << 50))
     spec = models.attention(block_size=16, num_kv_heads=8, head_size=128)
     per_layer = free // 3
     plan = models.plan_of({f"l{i}": spec for i in range(4)}, 4 * per_layer)

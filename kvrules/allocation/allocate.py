@@ -27,6 +27,7 @@ from kvrules.plugin.allocator import AllocationRequest, Allocator, LayoutChoice,
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.registry import AllocatorRegistry
+from kvrules.units import format_size
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,47 @@ def choose_allocator(registry: AllocatorRegistry, device: str, name: str | None,
     )
 
 
+def _memory_answer(answer: object) -> tuple[int, int] | str | None:
+    """An allocator's ``device_memory()`` answer as ``(free, total)``, ``None`` (it cannot
+    tell), or the sentence saying how it breaks the contract."""
+    if answer is None:
+        return None
+    if (
+        isinstance(answer, tuple)
+        and len(answer) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in answer)
+    ):
+        return int(answer[0]), int(answer[1])
+    return f"{type(answer).__name__} {answer!r:.80}; it must return (free, total) as two ints >= 0, or None"
+
+
+def check_free_memory(allocator: Allocator, request: AllocationRequest, ask: Asker) -> None:
+    """Before the first buffer: the worker's bytes against the free memory the allocator reports
+    for the device (``device_memory()``; the ``torch`` allocator: the CUDA driver's free memory,
+    or on ``cpu`` ``MemAvailable`` or the cgroup's limit minus its usage where lower; nothing for
+    ``meta``). No check when the allocator cannot tell.
+
+    :raises AllocationError: the plan needs more than is free, with both figures and the fix.
+    :raises PluginError: the allocator's answer breaks its contract.
+    """
+    needed = request.total_bytes
+    if not needed:
+        return
+    memory = _memory_answer(ask.call("allocator", allocator, "device_memory", request.device))
+    if isinstance(memory, str):
+        raise ask.fault("allocator", allocator, f"answered device_memory({request.device!r}) with {memory}")
+    if memory is None or needed <= memory[0]:
+        return
+    free, total = memory
+    raise AllocationError(
+        f"worker {request.worker}'s plan needs {format_size(needed)} ({needed} bytes) on "
+        f"{request.device!r}, but the device has {format_size(free)} ({free} bytes) free of "
+        f"{format_size(total)} ({total} bytes), as the {allocator.name} allocator reports; nothing was "
+        f"allocated. Plan with at most the free memory: `kvrules allocate --memory 0.9` (a fraction "
+        f"of it) or available_memory of at most {free} bytes, or free memory on the device first."
+    )
+
+
 def allocate(
     plan: Plan,
     device: Any,
@@ -137,8 +179,9 @@ def allocate(
         ``None`` picks the default per spec (FlashAttention NHD for attention).
     :param allocator: force an allocator by name instead of the first that supports ``device``.
     :param plugin_manager: where allocators and view layouts come from (the default manager if omitted).
-    :raises AllocationError: no allocator or view layout fits, or the device runs out of memory
-        (what was already allocated is freed first).
+    :raises AllocationError: no allocator or view layout fits; the plan needs more than the
+        device has free (checked before the first buffer, when the allocator can tell); or the
+        device runs out of memory (what was already allocated is freed first).
     """
     registries = (plugin_manager or default_manager()).registries
     registry = registries.allocators
@@ -148,6 +191,7 @@ def allocate(
     layouts = resolve_view_layouts(placements, registry, layout, ask)
     chosen = choose_allocator(registry, device_name, allocator, ask)
     request = AllocationRequest(plan, worker, device_name, sizes, backing, placements, layouts)
+    check_free_memory(chosen, request, ask)
     try:
         buffers, views = ask.allocate(chosen, request)
     except PluginError as exc:

@@ -151,11 +151,14 @@ def fit_length(workers: Sequence[WorkerLayout], config: EngineConfig, ask: Asker
         if best > 0
         else (more_memory,)
     )
+    blocks = sum(ask.blocks(g.spec, config) for g in failing.groups)
+    held = memory[failing.index] // failing.block_bytes
     ask.record("capacity", "memory-check", "failed", f"Worker {failing.index} needs {needed} bytes.")
     raise CapacityError(
         f"To serve one request of max_model_len {target}, worker {failing.index} needs "
         f"{gib(needed)} ({needed} bytes) of KV cache but has {gib(memory[failing.index])} "
-        f"({memory[failing.index]} bytes). {hint}",
+        f"({memory[failing.index]} bytes): one request needs {blocks} blocks of "
+        f"{failing.block_bytes} bytes, the memory holds {held}. {hint}",
         needed_bytes=needed,
         available_bytes=memory[failing.index],
         max_fitting_len=best,
