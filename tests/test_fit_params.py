@@ -34,3 +34,11 @@ def test_every_entry_names_a_stored_config_and_a_source() -> None:
         assert (DATA / "hf" / entry["config"] / "config.json").is_file(), entry["config"]
         assert entry["source"].startswith("https://"), entry["config"]
         assert entry["quote"], entry["config"]
+
+
+@pytest.mark.parametrize("entry", _entries(True), ids=lambda m: m["config"])
+def test_unsure_totals_within_one_percent(entry: dict[str, Any]) -> None:
+    """Unsure figures (second-hand or coarsely rounded) are counted apart: within 1 %."""
+    count = count_params(DATA / "hf" / entry["config"] / "config.json")
+    published = entry["published"] * PUBLISHED["unit"]
+    assert abs(count.total - published) <= 0.01 * published, (entry["source"], count.total)
