@@ -1,0 +1,396 @@
+"""Weights per GPU: a checkpoint's tensors divided the way vLLM divides them under tensor,
+pipeline and expert parallelism, at the served dtype or the checkpoint's quantisation.
+
+:func:`shard_weights` answers, for every (PP rank, TP rank), the bytes vLLM holds for weights
+after loading, which is what its ``Model loading took X GiB`` line measures. The rules, each
+from vLLM's source:
+
+* **Tensor parallelism** (``vllm/model_executor/layers/linear.py``): column-parallel layers
+  divide their output features, row-parallel layers their input features (their bias stays whole);
+  ``QKVParallelLinear`` gives each rank ``num_kv_heads // tp`` KV heads, or one replicated head
+  when ``tp`` is a multiple of ``num_kv_heads``; a head count ``tp`` does not divide is an error
+  there and a :class:`~kvrules.errors.ConfigError` here. Norms, routers and
+  ``ReplicatedLinear`` (DeepSeek's ``q_a_proj`` / ``kv_a_proj_with_mqa``) are whole on every rank.
+* **Vocabulary** (``vocab_parallel_embedding.py``): padded to a multiple of 64
+  (``DEFAULT_VOCAB_PADDING_SIZE``), then divided (``divide`` asserts it divides).
+* **Routed experts** (``fused_moe/layer.py``): under TP every rank holds every expert with the
+  intermediate dimension divided; with ``expert_parallel`` the experts are divided over
+  ``tp * dp`` ranks (``determine_expert_map``: ``E // ep`` each, the first ``E % ep`` ranks one
+  more) and each is whole. ``mxfp4`` experts pad the intermediate size per rank
+  (``mxfp4.py``: ``round_up(I / tp, 64)`` on CUDA's default backend; 128 with Marlin, 256 on ROCm
+  and Blackwell's FlashInfer paths: :attr:`ShardOptions.mxfp4_padding`).
+* **Pipeline parallelism** (``vllm/distributed/utils.py`` ``get_pp_indices``, as its tests in
+  ``tests/distributed/test_pipeline_partition.py`` pin it): ``L // pp`` layers each, the
+  remainder given one each to the ranks before the last, from the second-to-last backwards;
+  ``VLLM_PP_LAYER_PARTITION`` is :attr:`ShardOptions.pp_partition`. The embedding lives on the
+  first rank, the final norm and ``lm_head`` on the last; a tied embedding is also built on the
+  last rank when ``pp > 1`` (``models/llama.py``: ``is_first_rank or (tie_word_embeddings and
+  is_last_rank)``).
+* **MTP layers** are not loaded by the target model (vLLM skips their weights); with
+  ``include_mtp`` they are counted on the last PP rank as vLLM's MTP drafter loads them, sharing
+  the target's embedding and head.
+* **Buffers** counted with the weights, because vLLM allocates them while loading: the rotary
+  ``cos_sin_cache`` (``max_position_embeddings x rotary_dim`` in the model dtype, one per distinct
+  rope; Llama-3.1-8B's 32 MiB is why its log says 14.99 GiB for 14.96 GiB of weights), and MLA's
+  ``W_UK_T`` / ``W_UV`` (a dequantised model-dtype copy of a quantised ``kv_b_proj``,
+  ``mla_attention.py`` ``process_weights_after_loading``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvrules.errors import ConfigError
+from kvrules.fit.params import as_config, weight_table
+from kvrules.fit.quant import Scheme, scheme_of
+from kvrules.fit.weights import VOCAB_PADDING, Role, Split, Stage, Weight, WeightTable
+from kvrules.hf.config import HFConfig
+from kvrules.hf.settings import resolve_model_dtype
+from kvrules.values import shown
+
+_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def pad_vocab(vocab: int, to: int = VOCAB_PADDING) -> int:
+    """vLLM's ``pad_vocab_size``: ``vocab`` rounded up to a multiple of ``to``."""
+    return -(-vocab // to) * to
+
+
+def pp_indices(
+    num_layers: int, pp_rank: int, pp_size: int, partition: tuple[int, ...] | None = None
+) -> tuple[int, int]:
+    """The ``[start, end)`` decoder layers of ``pp_rank``, as vLLM's ``get_pp_indices``.
+
+    :raises ConfigError: a ``partition`` of the wrong length or total.
+    """
+    if partition is not None:
+        if len(partition) != pp_size or sum(partition) != num_layers or min(partition) < 0:
+            raise ConfigError(
+                f"pp_partition {list(partition)} must have {pp_size} entries summing to {num_layers} layers "
+                "(vLLM's VLLM_PP_LAYER_PARTITION)"
+            )
+        parts = list(partition)
+    else:
+        parts = [num_layers // pp_size] * pp_size
+        for i in range(2, num_layers % pp_size + 2):
+            parts[-i] += 1
+    start = sum(parts[:pp_rank])
+    return start, start + parts[pp_rank]
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    """How the model is served.
+
+    :ivar tp: tensor-parallel size; :ivar pp: pipeline-parallel size; :ivar dp: data-parallel
+        size (it matters only with ``expert_parallel``: experts are divided over ``tp * dp``).
+    :ivar expert_parallel: vLLM's ``--enable-expert-parallel``.
+    :ivar dtype: ``auto`` (the config's, float32 served as bfloat16) or a model dtype.
+    :ivar include_mtp: count the checkpoint's MTP layers (``--speculative-config`` method
+        ``mtp``); off: the target model alone, as vLLM loads it.
+    :ivar include_vision: count the vision tower (vLLM loads it unless the model is served
+        text-only).
+    :ivar mxfp4_padding: the per-rank intermediate rounding of mxfp4 experts.
+    :ivar pp_partition: layers per PP rank (``VLLM_PP_LAYER_PARTITION``), or ``None``.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    expert_parallel: bool = False
+    dtype: str = "auto"
+    include_mtp: bool = False
+    include_vision: bool = True
+    mxfp4_padding: int = 64
+    pp_partition: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "mxfp4_padding"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={shown(value)} must be a positive integer")
+        if self.dtype not in ("auto", *_BYTES):
+            raise ConfigError(f"dtype={shown(self.dtype)} must be auto or one of {', '.join(_BYTES)}")
+
+
+@dataclass(frozen=True)
+class RankWeights:
+    """What one GPU holds.
+
+    :ivar pp_rank, tp_rank: the rank.
+    :ivar layers: its decoder layers ``[start, end)``.
+    :ivar params: parameters it holds (padding included, buffers excluded).
+    :ivar weight_bytes: bytes of its weights (quantised ones as vLLM stores them).
+    :ivar buffer_bytes: bytes of the buffers allocated with the weights (rope cache, MLA copies).
+    :ivar by_component: bytes per component, buffers included (``rope_cache``, ``mla_absorbed``).
+    """
+
+    pp_rank: int
+    tp_rank: int
+    layers: tuple[int, int]
+    params: int
+    weight_bytes: int
+    buffer_bytes: int
+    by_component: Mapping[str, int]
+
+    @property
+    def total_bytes(self) -> int:
+        """Weights and buffers: what ``Model loading took`` measures on this rank."""
+        return self.weight_bytes + self.buffer_bytes
+
+
+@dataclass(frozen=True)
+class ShardedWeights:
+    """Weights per GPU for one way of serving a checkpoint.
+
+    :ivar options: the serving options.
+    :ivar dtype: the served dtype of unquantised tensors.
+    :ivar scheme: the checkpoint's quantisation.
+    :ivar ranks: one record per GPU, PP rank outer, TP rank inner.
+    :ivar notes: what was assumed.
+    """
+
+    options: ShardOptions
+    dtype: str
+    scheme: Scheme
+    ranks: tuple[RankWeights, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def max_bytes(self) -> int:
+        """The fullest GPU's bytes (weights and buffers): what must fit on every GPU."""
+        return max(r.total_bytes for r in self.ranks)
+
+    def rank(self, pp_rank: int = 0, tp_rank: int = 0) -> RankWeights:
+        """The record of one rank."""
+        return self.ranks[pp_rank * self.options.tp + tp_rank]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "tp": self.options.tp,
+            "pp": self.options.pp,
+            "expert_parallel": self.options.expert_parallel,
+            "dtype": self.dtype,
+            "quantization": self.scheme.describe(),
+            "max_bytes": self.max_bytes,
+            "ranks": [
+                {
+                    "pp_rank": r.pp_rank,
+                    "tp_rank": r.tp_rank,
+                    "layers": list(r.layers),
+                    "params": r.params,
+                    "weight_bytes": r.weight_bytes,
+                    "buffer_bytes": r.buffer_bytes,
+                    "by_component": dict(r.by_component),
+                }
+                for r in self.ranks
+            ],
+            "notes": list(self.notes),
+        }
+
+
+class _Divider:
+    """Divides one tensor for one rank."""
+
+    def __init__(self, opts: ShardOptions, scheme: Scheme, tp_rank: int) -> None:
+        self.opts, self.scheme, self.tp_rank = opts, scheme, tp_rank
+        self.tp = opts.tp
+
+    def _fail(self, w: Weight, what: str, count: int) -> ConfigError:
+        return ConfigError(
+            f"{w.name}: {what} {count} cannot be split over tensor_parallel_size {self.tp} "
+            "(vLLM divides it evenly); choose a tensor_parallel_size that divides it"
+        )
+
+    def split_rows(self, w: Weight, rows: int, split: Split, heads: int) -> int:
+        tp = self.tp
+        if split in (Split.REPLICATED, Split.ROW):
+            return rows
+        if split is Split.VOCAB:
+            padded = pad_vocab(rows)
+            if padded % tp:
+                raise self._fail(w, "the padded vocabulary", padded)
+            return padded // tp
+        if split is Split.HEADS:
+            if heads % tp == 0:
+                return rows // tp
+            if tp % heads == 0:
+                return rows // heads
+            raise self._fail(w, "the head / group count", heads)
+        count = heads or rows
+        if count % tp:
+            raise self._fail(w, "the head count" if heads else "the output size", count)
+        return rows // tp
+
+    def shape(self, w: Weight, tp_split: bool) -> tuple[int, ...]:
+        """``w``'s per-rank shape (of one expert copy); ``tp_split`` False keeps it whole."""
+        if not tp_split:
+            return w.shape
+        if w.segments:
+            rows = sum(self.split_rows(w, s.rows, s.split, s.heads) for s in w.segments)
+        else:
+            rows = self.split_rows(w, w.shape[0], w.split, w.heads)
+        rest = w.shape[1:]
+        if w.split is Split.ROW:
+            count = w.heads or rest[0]
+            if count % self.tp:
+                raise self._fail(w, "the input size" if not w.heads else "the head count", count)
+            rest = (rest[0] // self.tp, *rest[1:])
+        return (rows, *rest)
+
+    def copies(self, w: Weight) -> int:
+        """Expert copies on this rank."""
+        if not w.experts:
+            return 1
+        if not self.opts.expert_parallel:
+            return w.experts
+        ep = self.opts.tp * self.opts.dp
+        base, extra = divmod(w.experts, ep)
+        return base + (1 if self.tp_rank < extra else 0)
+
+    def mxfp4_pad(self, w: Weight, shape: tuple[int, ...], inter: int) -> tuple[int, ...]:
+        """mxfp4 experts: the per-rank intermediate size rounded up (vLLM's ``Mxfp4MoEMethod``)."""
+        if self.scheme.layout != "mxfp4" or not w.experts or inter <= 0:
+            return shape
+        per = inter if self.opts.expert_parallel else inter // self.tp
+        padded = -(-per // self.opts.mxfp4_padding) * self.opts.mxfp4_padding
+        if w.name.endswith(("gate_up_proj", "gate_up_proj_bias")):
+            return (2 * padded, *shape[1:])
+        if w.name.endswith("down_proj"):
+            return (shape[0], padded)
+        return shape
+
+
+def _present(
+    w: Weight, table: WeightTable, opts: ShardOptions, pp_rank: int, layers: tuple[int, int]
+) -> bool:
+    last = pp_rank == opts.pp - 1
+    if w.role is Role.MTP:
+        return opts.include_mtp and last
+    if w.role is Role.VISION:
+        return opts.include_vision
+    if w.stage is Stage.FIRST:
+        return pp_rank == 0 or (table.tied and last)
+    if w.stage is Stage.LAST:
+        return last
+    if w.stage is Stage.EVERY:
+        return True
+    return w.layer is not None and layers[0] <= w.layer < layers[1]
+
+
+def _shared_with_target(w: Weight) -> bool:
+    """An MTP layer's own embedding / head copy: vLLM's drafter shares the target's."""
+    return w.role is Role.MTP and w.name.endswith(("embed_tokens.weight", "shared_head.head.weight"))
+
+
+def _rope_bytes(config: HFConfig, act: int) -> int:
+    """The rotary ``cos_sin_cache``: ``max_position_embeddings x rotary_dim`` per distinct rope."""
+    c = config
+    if (
+        c.text_model_type in ("mamba", "mamba2", "falcon_mamba", "jamba")
+        or c.get("position_embedding_type") == "nope"
+    ):
+        return 0
+    if c.get("qk_rope_head_dim") is not None:
+        dim = int(c.integer("qk_rope_head_dim"))
+    else:
+        heads = c.opt_int("num_attention_heads")
+        if heads is None:
+            return 0
+        head = c.opt_int("head_dim") or c.integer("hidden_size") // heads
+        factor = c.get("partial_rotary_factor")
+        dim = (
+            int(head * factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool) else head
+        )
+    positions = c.opt_int("max_position_embeddings") or 0
+    caches = 2 if c.get("rope_local_base_freq") is not None or c.text_model_type == "gemma3_text" else 1
+    return positions * dim * act * caches
+
+
+def _mla_absorbed(w: Weight, config: HFConfig, shape: tuple[int, ...], scheme: Scheme, act: int) -> int:
+    """MLA's dequantised ``W_UK_T`` / ``W_UV`` copy of a quantised ``kv_b_proj`` on this rank."""
+    if not w.name.endswith("kv_b_proj.weight") or not scheme.applies(w):
+        return 0
+    return shape[0] * shape[1] * act
+
+
+def _dtype(config: HFConfig, option: str) -> str:
+    name, _ = resolve_model_dtype(config, option)
+    return name
+
+
+def shard_weights(
+    config: HFConfig | Mapping[str, Any] | str | Path, options: ShardOptions | None = None, **kwargs: Any
+) -> ShardedWeights:
+    """Weights per GPU for ``config`` served with ``options`` (or the same fields as keyword
+    arguments: ``shard_weights(cfg, tp=8)``).
+
+    :raises ConfigError: a size that cannot be divided as vLLM divides it, or a bad option.
+    :raises ModelFileError: a config kvrules cannot read or count.
+    """
+    if options is not None and kwargs:
+        raise ConfigError("give either options or keyword arguments, not both")
+    opts = options if options is not None else ShardOptions(**kwargs)
+    cfg = as_config(config)
+    table = weight_table(cfg)
+    scheme = scheme_of(cfg)
+    dtype = _dtype(cfg, opts.dtype)
+    act = _BYTES[dtype]
+    inter = cfg.opt_int("intermediate_size") or 0
+    notes = list(table.notes)
+    if opts.include_mtp:
+        notes.append(
+            "MTP layers counted on the last PP rank; their embedding and head copies are shared with the target"
+        )
+    rope = _rope_bytes(cfg, act)
+    ranks = []
+    for pp_rank in range(opts.pp):
+        layers = pp_indices(table.num_layers, pp_rank, opts.pp, opts.pp_partition)
+        for tp_rank in range(opts.tp):
+            ranks.append(_rank(table, cfg, opts, scheme, act, inter, rope, pp_rank, tp_rank, layers))
+    return ShardedWeights(opts, dtype, scheme, tuple(ranks), tuple(notes))
+
+
+def _rank(
+    table: WeightTable,
+    cfg: HFConfig,
+    opts: ShardOptions,
+    scheme: Scheme,
+    act: int,
+    inter: int,
+    rope: int,
+    pp_rank: int,
+    tp_rank: int,
+    layers: tuple[int, int],
+) -> RankWeights:
+    div = _Divider(opts, scheme, tp_rank)
+    comp: dict[str, int] = {}
+    params = weight_bytes = buffers = 0
+    for w in table.weights:
+        if not _present(w, table, opts, pp_rank, layers) or _shared_with_target(w):
+            continue
+        tp_split = not (w.experts and opts.expert_parallel)
+        shape = div.mxfp4_pad(w, div.shape(w, tp_split), inter)
+        copies = div.copies(w)
+        n = 1
+        for d in shape:
+            n *= d
+        if scheme.applies(w):
+            nbytes = scheme.memory_bytes(shape[0], shape[1], act) * copies
+        else:
+            nbytes = n * act * copies
+        params += n * copies
+        weight_bytes += nbytes
+        comp[w.component] = comp.get(w.component, 0) + nbytes
+        absorbed = _mla_absorbed(w, cfg, shape, scheme, act)
+        if absorbed:
+            buffers += absorbed
+            comp["mla_absorbed"] = comp.get("mla_absorbed", 0) + absorbed
+    if rope and layers[1] > layers[0]:
+        buffers += rope
+        comp["rope_cache"] = rope
+    return RankWeights(pp_rank, tp_rank, layers, params, weight_bytes, buffers, comp)
