@@ -235,8 +235,10 @@ class Asker:
         :raises PluginError: a spec's type answers wrongly (naming the spec type's plugin).
         """
         seen: set[KVCacheSpec] = set()
-        for spec in distinct_specs(specs.values()):
-            layer = next(compress(specs, map(is_, specs.values(), repeat(spec))))  # its first layer
+        distinct = distinct_specs(specs.values())
+        firsts = _first_layers(specs, distinct)
+        for spec in distinct:
+            layer = firsts[id(spec)]
             if not isinstance(spec, KVCacheSpec):
                 raise SpecError(f"{where}layer {layer!r}: {spec!r} is not a KV-cache spec")
             problem = self._spec(layer, spec, config, seen)
@@ -608,6 +610,20 @@ def changed_in_place(before: Mapping[int, tuple[Any, tuple[Any, ...]]]) -> str |
         if spec.field_values() != values:
             return f"changed a spec it was given in place ({type(spec).__name__}); specs are immutable"
     return None
+
+
+def _first_layers(specs: Mapping[str, Any], distinct: Sequence[Any]) -> dict[int, str]:
+    """The first layer of each object in ``distinct`` (by ``id``), in work linear in layers.
+
+    A few shared objects: one C-level scan each; many distinct objects (one per layer, say):
+    one Python pass over the table, never a scan per object (that is quadratic, issue 25 R1).
+    """
+    if len(distinct) <= 8:
+        return {id(spec): next(compress(specs, map(is_, specs.values(), repeat(spec)))) for spec in distinct}
+    firsts: dict[int, str] = {}
+    for layer, spec in specs.items():
+        firsts.setdefault(id(spec), layer)
+    return firsts
 
 
 __all__ = ["KIND_WORDS", "AskedViewLayout", "Asker", "changed_in_place", "snapshot"]
