@@ -8,7 +8,6 @@ Set ``KVRULES_TRACE=1`` to print every hook call to stderr.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterable
@@ -20,26 +19,17 @@ import pluggy
 from kvrules import logs
 from kvrules.errors import PluginError
 from kvrules.plugin import hookspecs
+from kvrules.plugin.builtins import builtin_plugin_names
 from kvrules.plugin.registry import IN_PROCESS, Registries
+from kvrules.switches import flag
 
 ENTRY_POINT_GROUP = "kvrules.plugins"
 AUTOLOAD_ENV = "KVRULES_DISABLE_PLUGIN_AUTOLOAD"
 TRACE_ENV = "KVRULES_TRACE"
 
-#: entry-point names of the plugins that ship with kvrules (always loaded unless blocked)
-BUILTIN_PLUGINS: tuple[str, ...] = (
-    "spec-types",
-    "page-unify",
-    "routers",
-    "groupers",
-    "converters",
-    "layouts",
-    "torch-allocator",
-    "beyond-vllm",
-    "draft-align",
-    "architectures",
-    "align",
-)
+#: entry-point names of the plugins that ship with kvrules (always loaded unless blocked), from
+#: kvrules' own distribution metadata
+BUILTIN_PLUGINS: tuple[str, ...] = builtin_plugin_names()
 
 REGISTRATION_HOOKS: tuple[tuple[str, str], ...] = (
     ("kvrules_register_spec_types", "spec_types"),
@@ -101,7 +91,7 @@ def _valid_hooks() -> str:
 
 
 def _autoload_disabled() -> bool:
-    return bool(os.environ.get(AUTOLOAD_ENV))
+    return flag(AUTOLOAD_ENV)
 
 
 def _load(pm: KVRulesPluginManager, ep: EntryPoint) -> None:
@@ -138,9 +128,9 @@ def get_plugin_manager(
     for name in _blocked_plugin_names(blocked, found, plugins):
         pm.set_blocked(name)
     missing = [name for name in BUILTIN_PLUGINS if name not in found]
-    if missing:
+    if missing or not BUILTIN_PLUGINS:
         raise PluginError(
-            f"kvrules is not installed (its entry points {', '.join(missing)} in group "
+            f"kvrules is not installed (its entry points {', '.join(missing) or '(all)'} in group "
             f"{ENTRY_POINT_GROUP!r} are missing); install it with `pip install -e .` from the repository"
         )
     for name in BUILTIN_PLUGINS:
@@ -157,7 +147,7 @@ def get_plugin_manager(
             continue
         pm.register(plugin, name=name)
     pm.check_pending()
-    if os.environ.get(TRACE_ENV):
+    if flag(TRACE_ENV):
         enable_trace(pm)
     return pm
 
