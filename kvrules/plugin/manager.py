@@ -18,7 +18,7 @@ import pluggy
 
 from kvrules import logs
 from kvrules.errors import PluginError
-from kvrules.plugin import hookspecs
+from kvrules.plugin import hookspecs, patches
 from kvrules.plugin.builtins import builtin_plugin_names
 from kvrules.plugin.registry import IN_PROCESS, Registries
 from kvrules.switches import flag
@@ -46,6 +46,8 @@ class KVRulesPluginManager(pluggy.PluginManager):
         super().__init__("kvrules")
         self.add_hookspecs(hookspecs)
         self.distinfo: dict[str, str] = {}
+        #: plugin name -> what it patched in kvrules when loaded (see :mod:`kvrules.plugin.patches`)
+        self.patches: dict[str, str] = {}
         self._registries: Registries | None = None
 
     def describe(self, name: str) -> str:
@@ -140,7 +142,13 @@ def get_plugin_manager(
         for name, ep in sorted(found.items()):
             if name in BUILTIN_PLUGINS or pm.is_blocked(name) or pm.get_plugin(name) is not None:
                 continue
+            before = patches.snapshot()
             _load(pm, ep)
+            changed = patches.changes(before, patches.snapshot())
+            if changed:
+                pm.patches[name] = patches.report(
+                    name, pm.distinfo.get(name), changed, strict=flag(patches.STRICT_ENV)
+                )
     for plugin in plugins:
         name = _plugin_name(plugin)
         if pm.is_blocked(name) or pm.get_plugin(name) is not None:
