@@ -91,3 +91,14 @@ def test_a_plugin_that_patches_nothing_is_silent(monkeypatch: pytest.MonkeyPatch
     _with(monkeypatch, lambda: None)
     pm = manager.get_plugin_manager()
     assert pm.patches == {}
+
+
+def test_strategies_names_the_patch(
+    monkeypatch: pytest.MonkeyPatch, restore: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvrules.cli import main
+
+    _with(monkeypatch, _function)
+    with pytest.warns(PluginPatchWarning):
+        assert main(["strategies"]) == 0
+    assert "patched: plugin 'test-patcher'" in capsys.readouterr().out
