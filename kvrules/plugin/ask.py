@@ -143,7 +143,8 @@ class Asker:
             answer = fn(*args)
         except SpecAnswerError as error:  # a spec answered the rule wrongly: the spec's fault
             raise self.fault("spec-type", error.spec, error.problem) from error
-        except KVRulesError:
+        except KVRulesError as error:
+            self._note(error, kind, obj)
             raise
         except Exception as exc:
             raise self._blame(kind, obj, method, exc, args) from exc
@@ -162,6 +163,14 @@ class Asker:
             raise
         except Exception as exc:
             raise self._blame(kind, obj, attribute, exc) from exc
+
+    def _note(self, error: KVRulesError, kind: str, obj: Any) -> None:
+        """Name a third party's object on a kvrules error its own code raised (class and text kept)."""
+        provider = self.provider(kind, _name(kind, obj))
+        if provider in self.registries.builtin or getattr(error, "_kvrules_noted", False):
+            return
+        error.add_note(f"raised by {self.what(kind, obj)} of {provider}")
+        error._kvrules_noted = True  # type: ignore[attr-defined]  # the innermost asker names it
 
     def _blame(
         self, kind: str, obj: Any, method: str, exc: Exception, args: tuple[Any, ...] = ()
