@@ -109,7 +109,9 @@ def cli_fix(fix: Fix) -> str:
 
 def error_text(exc: KVRulesError) -> str:
     """The message of ``exc`` as the command line prints it: fixes worded as flags."""
-    return exc.explained(cli_fix) if isinstance(exc, CapacityError) else str(exc)
+    text = exc.explained(cli_fix) if isinstance(exc, CapacityError) else str(exc)
+    notes = getattr(exc, "__notes__", ())  # who raised it (a third-party rule, say)
+    return "\n".join([text, *(str(note) for note in notes)])
 
 
 def strategies_from(args: argparse.Namespace) -> str | list[str] | None:

@@ -27,6 +27,8 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     pm = plugin_manager_from(args)
     active = resolve_strategies(strategies_from(args), pm.registries.rules)
     print(plain_text(render_rules(pm.registries, active)))
+    for message in pm.patches.values():  # plugins that changed kvrules' own code (issue 25 R9)
+        print(f"patched: {message}")
     return 0
 
 

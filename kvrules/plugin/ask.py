@@ -143,7 +143,8 @@ class Asker:
             answer = fn(*args)
         except SpecAnswerError as error:  # a spec answered the rule wrongly: the spec's fault
             raise self.fault("spec-type", error.spec, error.problem) from error
-        except KVRulesError:
+        except KVRulesError as error:
+            self._note(error, kind, obj)
             raise
         except Exception as exc:
             raise self._blame(kind, obj, method, exc, args) from exc
@@ -162,6 +163,14 @@ class Asker:
             raise
         except Exception as exc:
             raise self._blame(kind, obj, attribute, exc) from exc
+
+    def _note(self, error: KVRulesError, kind: str, obj: Any) -> None:
+        """Name a third party's object on a kvrules error its own code raised (class and text kept)."""
+        provider = self.provider(kind, _name(kind, obj))
+        if provider in self.registries.builtin or getattr(error, "_kvrules_noted", False):
+            return
+        error.add_note(f"raised by {self.what(kind, obj)} of {provider}")
+        error._kvrules_noted = True  # type: ignore[attr-defined]  # the innermost asker names it
 
     def _blame(
         self, kind: str, obj: Any, method: str, exc: Exception, args: tuple[Any, ...] = ()
@@ -235,8 +244,10 @@ class Asker:
         :raises PluginError: a spec's type answers wrongly (naming the spec type's plugin).
         """
         seen: set[KVCacheSpec] = set()
-        for spec in distinct_specs(specs.values()):
-            layer = next(compress(specs, map(is_, specs.values(), repeat(spec))))  # its first layer
+        distinct = distinct_specs(specs.values())
+        firsts = _first_layers(specs, distinct)
+        for spec in distinct:
+            layer = firsts[id(spec)]
             if not isinstance(spec, KVCacheSpec):
                 raise SpecError(f"{where}layer {layer!r}: {spec!r} is not a KV-cache spec")
             problem = self._spec(layer, spec, config, seen)
@@ -608,6 +619,20 @@ def changed_in_place(before: Mapping[int, tuple[Any, tuple[Any, ...]]]) -> str |
         if spec.field_values() != values:
             return f"changed a spec it was given in place ({type(spec).__name__}); specs are immutable"
     return None
+
+
+def _first_layers(specs: Mapping[str, Any], distinct: Sequence[Any]) -> dict[int, str]:
+    """The first layer of each object in ``distinct`` (by ``id``), in work linear in layers.
+
+    A few shared objects: one C-level scan each; many distinct objects (one per layer, say):
+    one Python pass over the table, never a scan per object (that is quadratic, issue 25 R1).
+    """
+    if len(distinct) <= 8:
+        return {id(spec): next(compress(specs, map(is_, specs.values(), repeat(spec)))) for spec in distinct}
+    firsts: dict[int, str] = {}
+    for layer, spec in specs.items():
+        firsts.setdefault(id(spec), layer)
+    return firsts
 
 
 __all__ = ["KIND_WORDS", "AskedViewLayout", "Asker", "changed_in_place", "snapshot"]

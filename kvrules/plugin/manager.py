@@ -8,7 +8,6 @@ Set ``KVRULES_TRACE=1`` to print every hook call to stderr.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterable
@@ -19,27 +18,18 @@ import pluggy
 
 from kvrules import logs
 from kvrules.errors import PluginError
-from kvrules.plugin import hookspecs
+from kvrules.plugin import hookspecs, patches
+from kvrules.plugin.builtins import builtin_plugin_names
 from kvrules.plugin.registry import IN_PROCESS, Registries
+from kvrules.switches import flag
 
 ENTRY_POINT_GROUP = "kvrules.plugins"
 AUTOLOAD_ENV = "KVRULES_DISABLE_PLUGIN_AUTOLOAD"
 TRACE_ENV = "KVRULES_TRACE"
 
-#: entry-point names of the plugins that ship with kvrules (always loaded unless blocked)
-BUILTIN_PLUGINS: tuple[str, ...] = (
-    "spec-types",
-    "page-unify",
-    "routers",
-    "groupers",
-    "converters",
-    "layouts",
-    "torch-allocator",
-    "beyond-vllm",
-    "draft-align",
-    "architectures",
-    "align",
-)
+#: entry-point names of the plugins that ship with kvrules (always loaded unless blocked), from
+#: kvrules' own distribution metadata
+BUILTIN_PLUGINS: tuple[str, ...] = builtin_plugin_names()
 
 REGISTRATION_HOOKS: tuple[tuple[str, str], ...] = (
     ("kvrules_register_spec_types", "spec_types"),
@@ -56,6 +46,8 @@ class KVRulesPluginManager(pluggy.PluginManager):
         super().__init__("kvrules")
         self.add_hookspecs(hookspecs)
         self.distinfo: dict[str, str] = {}
+        #: plugin name -> what it patched in kvrules when loaded (see :mod:`kvrules.plugin.patches`)
+        self.patches: dict[str, str] = {}
         self._registries: Registries | None = None
 
     def describe(self, name: str) -> str:
@@ -101,7 +93,7 @@ def _valid_hooks() -> str:
 
 
 def _autoload_disabled() -> bool:
-    return bool(os.environ.get(AUTOLOAD_ENV))
+    return flag(AUTOLOAD_ENV)
 
 
 def _load(pm: KVRulesPluginManager, ep: EntryPoint) -> None:
@@ -138,9 +130,9 @@ def get_plugin_manager(
     for name in _blocked_plugin_names(blocked, found, plugins):
         pm.set_blocked(name)
     missing = [name for name in BUILTIN_PLUGINS if name not in found]
-    if missing:
+    if missing or not BUILTIN_PLUGINS:
         raise PluginError(
-            f"kvrules is not installed (its entry points {', '.join(missing)} in group "
+            f"kvrules is not installed (its entry points {', '.join(missing) or '(all)'} in group "
             f"{ENTRY_POINT_GROUP!r} are missing); install it with `pip install -e .` from the repository"
         )
     for name in BUILTIN_PLUGINS:
@@ -150,14 +142,20 @@ def get_plugin_manager(
         for name, ep in sorted(found.items()):
             if name in BUILTIN_PLUGINS or pm.is_blocked(name) or pm.get_plugin(name) is not None:
                 continue
+            before = patches.snapshot()
             _load(pm, ep)
+            changed = patches.changes(before, patches.snapshot())
+            if changed:
+                pm.patches[name] = patches.report(
+                    name, pm.distinfo.get(name), changed, strict=flag(patches.STRICT_ENV)
+                )
     for plugin in plugins:
         name = _plugin_name(plugin)
         if pm.is_blocked(name) or pm.get_plugin(name) is not None:
             continue
         pm.register(plugin, name=name)
     pm.check_pending()
-    if os.environ.get(TRACE_ENV):
+    if flag(TRACE_ENV):
         enable_trace(pm)
     return pm
 
