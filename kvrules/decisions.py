@@ -27,7 +27,19 @@ from kvrules import logs
 from kvrules.errors import ModelFileError, PluginError
 from kvrules.values import MAX_BYTES, as_int, as_name, shown
 
-STAGES = ("merge", "convert", "route", "unify", "group", "layout", "capacity", "allocate", "arch", "align")
+STAGES = (
+    "load",
+    "merge",
+    "convert",
+    "route",
+    "unify",
+    "group",
+    "layout",
+    "capacity",
+    "allocate",
+    "arch",
+    "align",
+)
 OUTCOMES = ("applied", "declined", "failed")
 
 

@@ -1,4 +1,4 @@
-"""Code run on each spawned rank by tests/test_distributed.py (and benchmarks/distributed.py).
+"""Code run on each spawned rank by tests/distributed/test_distributed.py (and benchmarks/distributed.py).
 
 Each rank joins a gloo group on 127.0.0.1, runs the named scenarios through
 :func:`kvrules.distributed.plan_across_ranks` and writes what happened to ``OUT/rank{r}.json``.

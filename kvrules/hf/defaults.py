@@ -6,7 +6,7 @@ fields that change the cache (:data:`CACHE_FIELDS`), the class's renamed keys (i
 ``attribute_map``) and the rules its ``__post_init__`` applies (``num_key_value_heads`` defaulting
 to ``num_attention_heads``, ``head_dim`` to ``hidden_size // num_attention_heads``, ``layer_types``
 from a window pattern, Llama 4's ``no_rope_layers: []`` meaning the default pattern, ...). The
-values are those of transformers 5.20 (the pinned ``kvrules[hf]`` extra); ``tests/test_hf_readers.py``
+values are those of transformers 5.20 (the pinned ``kvrules[hf]`` extra); ``tests/hf/test_hf_readers.py``
 checks them against transformers' classes whenever transformers is installed.
 
 :func:`resolve_defaults` applies one model type's entry to the fields a file gives.

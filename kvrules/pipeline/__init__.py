@@ -99,7 +99,10 @@ class Planner:
             workers=tuple(w.keys() for w in workers),
             memory=tuple(memory),
         )
-        return ctx, Asker(self.registries, ctx.decisions)
+        ask = Asker(self.registries, ctx.decisions)
+        for plugin, message in getattr(self.plugin_manager, "patches", {}).items():  # plugin.patches
+            ask.record("load", plugin, "applied", message)
+        return ctx, ask
 
     # -- public API ---------------------------------------------------------------------------
     def unify(self, specs: Mapping[str, KVCacheSpec], config: EngineConfig | None = None) -> UnifyResult:

@@ -240,6 +240,8 @@ def enable_trace(pm: pluggy.PluginManager, stream: Any = None) -> None:
         return
     setattr(pm, "_kvrules_traced", True)  # noqa: B010
     out = stream or sys.stderr
+    for message in getattr(pm, "patches", {}).values():  # plugins that patched kvrules when loaded
+        print(f"kvrules trace: {message}", file=out)
     started: list[tuple[float, set[str]]] = []
 
     def describe(impls: Any) -> str:

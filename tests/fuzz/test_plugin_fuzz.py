@@ -3,7 +3,7 @@ input changed in place) at random extension points, up to three at once, registe
 public plugin API. Each run ends in a PluginError naming the faulty plugin, or (a fault that did
 not fire, or a lie kvrules cannot tell from the truth) a sound plan or the built-ins' own error.
 
-The fixed cases of every fault class at every point are ``tests/test_plugin_faults.py``; here the
+The fixed cases of every fault class at every point are ``tests/plugins/test_plugin_faults.py``; here the
 combinations are random. The first tests check that the wrappers are sound without a fault.
 """
 

@@ -1,6 +1,6 @@
 """Every fenced block of README.md runs, and what it shows is what kvrules prints.
 
-The harness is generic (tests/test_plugin_docs.py uses it for docs/plugins*.md), so that a new
+The harness is generic (tests/plugins/test_plugin_docs.py uses it for docs/plugins*.md), so that a new
 section's blocks are picked up without a new test. A fenced block is one of:
 
 * **not run**: an HTML comment ``<!-- not-run: WHY; covered by PATH -->`` right before it; ``PATH``
@@ -50,7 +50,7 @@ from kvrules.cli.main import main as kvrules_main
 from kvrules.plugin import RULE_KINDS
 from kvrules.plugin.manager import BUILTIN_PLUGINS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "console"})
 MARKED_LANGS = SHELL_LANGS | {"python", "json", "toml"}

@@ -41,7 +41,7 @@ from kvrules.plugin import Layout
 from kvrules.plugin.presets import BUILTIN_PRESETS, PRESET_ALIASES
 
 NAMES = case_names("vllm-0.33")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_case_has_a_033_answer() -> None:

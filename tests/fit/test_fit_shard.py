@@ -16,7 +16,7 @@ import pytest
 
 from kvrules.fit.shard import shard_weights
 
-HF = Path(__file__).parent / "data" / "hf"
+HF = Path(__file__).parent.parent / "data" / "hf"
 
 # Llama-3.1-8B: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim 128, intermediate 14336,
 # vocab 128256 (= 2004 * 64, no padding), untied, bf16.

@@ -14,7 +14,7 @@ import kvrules
 from kvrules.hf import HFOptions, build_hf_model
 from kvrules.hf.examples import load_hf_example_info
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "hf.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "hf.md"
 
 
 def docs_module(marker: str) -> types.ModuleType:

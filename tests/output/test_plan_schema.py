@@ -36,7 +36,7 @@ from kvrules.plan import SCHEMA, SCHEMAS, page_sizes, plan_json_schema
 from kvrules.plugin.presets import DEFAULT_SET, presets_of
 
 GiB = 1 << 30
-PLANS = Path(__file__).parent / "data" / "plans"
+PLANS = Path(__file__).parent.parent / "data" / "plans"
 V2 = plan_json_schema(version=2)
 #: the strategy sets: the default and every preset (built-in or registered by a plugin)
 STRATEGY_SETS = [DEFAULT_SET, *presets_of(get_plugin_manager().registries.rules)]

@@ -729,7 +729,7 @@ def test_the_python_examples_in_the_docs_run_and_print_what_they_say(
     import re
     from pathlib import Path
 
-    docs = Path(__file__).resolve().parents[1] / "docs" / "beyond-vllm.md"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "beyond-vllm.md"
     blocks = re.findall(r"```python\n(.*?)```", docs.read_text(encoding="utf-8"), flags=re.S)
     assert len(blocks) == 2
     for block in blocks:

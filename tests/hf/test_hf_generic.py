@@ -414,7 +414,7 @@ def test_tp_rule_errors_name_the_field(heads: int, kv: int, tp: int, named: str)
 
 # -- docs/hf.md ---------------------------------------------------------------------------------
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "hf.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "hf.md"
 
 
 def test_the_generic_example_in_the_docs_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from kvrules.examples import example_names
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_script() -> ModuleType:

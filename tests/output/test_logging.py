@@ -27,7 +27,7 @@ from kvrules import logs
 from kvrules.decisions import DecisionLog
 from kvrules.plugin.manager import BUILTIN_PLUGINS, get_plugin_manager
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PLAN = (
     "import kvrules\n"

@@ -15,7 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: one gloo rank (file store) planning one layer; ``block`` makes numpy unimportable first
 ONE_RANK = """

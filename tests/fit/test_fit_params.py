@@ -14,7 +14,7 @@ import pytest
 
 from kvrules.fit.params import count_params
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 PUBLISHED = json.loads((DATA / "fit" / "published_params.json").read_text(encoding="utf-8"))
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from kvrules.hf import HFConfig, build_hf_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QWEN = ROOT / "kvrules/examples/hf/qwen3-coder-next"
 
 

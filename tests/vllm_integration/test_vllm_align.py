@@ -283,7 +283,7 @@ def test_importing_the_aligner_never_imports_vllm() -> None:
 def test_real_vllm_engine_start_gives_the_offline_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("vllm.platforms.interface")
     pytest.importorskip("transformers")
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "vllm_engine_start.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_engine_start.py"
     spec = importlib.util.spec_from_file_location("vllm_engine_start", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)

@@ -26,7 +26,7 @@ from kvrules import Planner, PluginError, get_plugin_manager
 from kvrules.cli.main import main
 from kvrules.model import load_model_file
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kvrules-kpool-tail"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kvrules-kpool-tail"
 MODEL = EXAMPLE / "models" / "glm-kpool-tiny.json"
 PACKAGE = "kvrules_kpool_tail"
 

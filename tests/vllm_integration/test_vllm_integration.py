@@ -719,7 +719,9 @@ def test_real_vllm_round_trip_and_drop_in_parity() -> None:
     interface = pytest.importorskip("vllm.v1.kv_cache_interface")
     utils = pytest.importorskip("vllm.v1.core.kv_cache_utils")
     if vllm_platform.vllm_line() != "0.28":
-        pytest.skip("the installed vLLM is the 0.33 line: tests/test_vllm033_integration.py covers it")
+        pytest.skip(
+            "the installed vLLM is the 0.33 line: tests/vllm_integration/test_vllm033_integration.py covers it"
+        )
     real = kv_vllm.vllm_classes()
     specs = {
         f"layer.{i}": spec for i, spec in enumerate(KV_SPECS.values()) if type(spec).__name__ in real.specs

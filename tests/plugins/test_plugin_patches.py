@@ -102,3 +102,42 @@ def test_strategies_names_the_patch(
     with pytest.warns(PluginPatchWarning):
         assert main(["strategies"]) == 0
     assert "patched: plugin 'test-patcher'" in capsys.readouterr().out
+
+
+def _harmless() -> None:
+    FullAttentionSpec.kvrules_test_helper = lambda self: 1  # type: ignore[attr-defined]
+
+
+def test_every_plan_records_the_patch_as_a_decision(monkeypatch: pytest.MonkeyPatch, restore: None) -> None:
+    from kvrules import EngineConfig, Planner
+
+    _with(monkeypatch, _harmless)
+    with pytest.warns(PluginPatchWarning):
+        pm = manager.get_plugin_manager()
+    specs = {"l0": FullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype="bfloat16")}
+    for strategies in ("vllm", "default"):
+        plan = Planner(strategies, plugin_manager=pm).plan(specs, 2**30, EngineConfig(max_model_len=4096))
+        first = plan.decisions[0]
+        assert (first.stage, first.rule, first.outcome) == ("load", "test-patcher", "applied")
+        assert "kvrules_test_helper added" in first.reason
+        assert plan.to_dict()["decisions"][0]["stage"] == "load"
+
+
+def test_a_clean_plan_has_no_load_decision() -> None:
+    from kvrules import EngineConfig, Planner
+
+    specs = {"l0": FullAttentionSpec(16, num_kv_heads=8, head_size=128, dtype="bfloat16")}
+    plan = Planner("vllm").plan(specs, 2**30, EngineConfig(max_model_len=4096))
+    assert all(d.stage != "load" for d in plan.decisions)
+
+
+def test_trace_names_the_patch(monkeypatch: pytest.MonkeyPatch, restore: None) -> None:
+    import io
+
+    _with(monkeypatch, _harmless)
+    with pytest.warns(PluginPatchWarning):
+        pm = manager.get_plugin_manager()
+    out = io.StringIO()
+    manager.enable_trace(pm, out)
+    assert "kvrules trace: plugin 'test-patcher'" in out.getvalue()
+    assert "kvrules_test_helper added" in out.getvalue()

@@ -25,7 +25,7 @@ from kvrules.plugin.rules import Check, applies, declines
 from kvrules_plugins import torch_allocator
 from kvrules_plugins.torch_allocator import TorchAllocator, host_memory
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "allocation.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "allocation.md"
 
 
 # -- buffers and views ---------------------------------------------------------------------------

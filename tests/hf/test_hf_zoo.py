@@ -23,7 +23,7 @@ from hf_reference import TPRefused, capacity, expected, first_difference, layer_
 from kvrules import EngineConfig, KVRulesError, Plan, Planner
 from kvrules.hf import HFModel, HFOptions, build_hf_model
 
-CORPUS = Path(__file__).parent / "data" / "hf"
+CORPUS = Path(__file__).parent.parent / "data" / "hf"
 NAMES = sorted(p.name for p in CORPUS.iterdir() if (p / "config.json").is_file())
 UNCERTAIN = frozenset(json.loads((CORPUS / "uncertain.json").read_text()))
 KV_DTYPES = ("auto", "fp8")

@@ -32,7 +32,7 @@ from kvrules.hf.config import (
     HFConfig,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_DIRS = (ROOT / "kvrules" / "examples" / "hf", ROOT / "tests" / "data" / "hf")
 
 

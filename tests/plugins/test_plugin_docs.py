@@ -1,5 +1,5 @@
 """docs/plugins.md and the pages it links stay true: every hook with its exact signature, every
-code block runs (the harness of tests/test_readme.py), the minimal plugin plans and conforms; and
+code block runs (the harness of tests/cli/test_readme.py), the minimal plugin plans and conforms; and
 what plugin authors are told by the kit and by ``kvrules strategies`` is right."""
 
 from __future__ import annotations
