@@ -223,6 +223,6 @@ def check_no_silent_drop(config: HFConfig, arch: Architecture, *, role: str, mtp
     raise ModelFileError(
         f"{config.source}: {role} field(s) {fields} change the KV cache, but architecture "
         f"{arch.name!r} does not use them; kvrules plans no cache with a field silently dropped. "
-        "Remove the field if the engine ignores it too, or use (or write) an architecture that "
-        "reads it (docs/hf.md, 'No silent drop')"
+        "Do not remove the field (the plan would then not be the cache the engine builds): use "
+        "(or write) an architecture that reads it (docs/hf.md, 'No silent drop')"
     )
