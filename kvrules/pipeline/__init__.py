@@ -34,7 +34,7 @@ from kvrules.pipeline.project import project
 from kvrules.pipeline.route import choose_route, fall_back
 from kvrules.pipeline.unify import unify_pages
 from kvrules.pipeline.waste import waste_report
-from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, with_deferred_decisions
+from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, mark_planned, with_deferred_decisions
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
@@ -204,6 +204,7 @@ class Planner:
             waste=waste,
         )
         with_deferred_decisions(plan, ask.decisions.deferred())
+        mark_planned(plan)
         logs.info(
             "kvrules.plan.finished",
             layers=len(plan.specs),
