@@ -42,10 +42,9 @@ type's fault (the asker reports it so).
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress, repeat
+from itertools import chain, repeat
 from operator import attrgetter, is_
 from typing import Any, cast
 
@@ -187,41 +186,11 @@ def alignment_problem(old: Mapping[str, KVCacheSpec], new: object, touches: froz
 
 def groups_problem(groups: object, specs: Mapping[str, KVCacheSpec], *, complete: bool = True) -> str | None:
     """A router's, fallback's, grouper's (``complete``) or partitioner's groups over ``specs``."""
-    if complete and _split_by_spec(groups, specs):
-        return None
     problem, left = _unplaced(groups, specs)
     if problem is None and complete and left:
         missing = list(left)
         return f"left {len(missing)} layer(s) out of every group, e.g. {', '.join(missing[:3])}"
     return problem
-
-
-def _split_by_spec(groups: object, specs: Mapping[str, KVCacheSpec]) -> bool:
-    """Whether ``groups`` are pooled groups that split the layers of each of a few spec objects
-    among them position by position (vLLM's split: group ``i`` of ``n`` with one spec holds that
-    spec's layers ``i``, ``i + n``, ...), every layer of ``specs`` in one group: then each group
-    is valid, found by comparing lists in order, where a table of a million layers would be
-    probed at random a million times. Any other grouping gets the general check."""
-    if not isinstance(groups, (list, tuple)) or not groups:
-        return False
-    if any(_group_problem(i, g) is not None or g.spec.has_members for i, g in enumerate(groups)):
-        return False
-    rows: dict[int, list[tuple[str, ...]]] = {}
-    for group in groups:
-        rows.setdefault(id(group.spec), []).append(group.layer_names)
-    if len(rows) > _FEW_GROUP_SPECS or sum(len(g.layer_names) for g in groups) != len(specs):
-        return False
-    names, values = list(specs), list(specs.values())
-    by_id = {id(g.spec): g.spec for g in groups}
-    for key, split in rows.items():
-        expected = list(compress(names, map(is_, values, repeat(by_id[key]))))
-        if not _same_names(interleaved(split), expected):
-            return False
-    return True
-
-
-#: at most this many distinct group specs take :func:`_split_by_spec`'s passes
-_FEW_GROUP_SPECS = 8
 
 
 def partition_problem(
@@ -231,8 +200,6 @@ def partition_problem(
     them (layers may be left out), and the remaining specs exactly the layers no group holds,
     each with its given spec object. Returns the problem (``None`` if none) and those layers in
     ``specs``' order."""
-    if not remaining and _split_by_spec(groups, specs):
-        return None, {}
     problem, left = _unplaced(groups, specs)
     if problem is not None:
         return problem, {}
@@ -379,24 +346,6 @@ def _tensor_problem(index: int, tensor: object) -> str | None:
     return None
 
 
-def _plain_fields(tensors: Sequence[object]) -> tuple[list[int], list[int], list[int]] | None:
-    """The sizes, offsets and block strides of ``tensors`` when every one is a
-    :class:`KVCacheTensor` whose ``shared_by`` is a tuple or list and whose three are
-    non-negative ints (what :func:`_tensor_problem` accepts), found without a Python call per
-    tensor; else ``None``."""
-    if set(map(type, tensors)) != {KVCacheTensor}:
-        return None
-    tensors = cast("Sequence[KVCacheTensor]", tensors)
-    if not set(map(type, map(attrgetter("shared_by"), tensors))) <= {tuple, list}:
-        return None
-    sizes, offsets, strides = (list(map(attrgetter(f), tensors)) for f in ("size", "offset", "block_stride"))
-    if not set(map(type, chain(sizes, offsets, strides))) <= {int}:
-        return None
-    if min(chain(sizes, offsets, strides)) < 0:
-        return None
-    return sizes, offsets, strides
-
-
 def _size_problem(index: int, tensor: KVCacheTensor, widest_page: int, num_blocks: int) -> str | None:
     """Tensor ``index`` holds ``num_blocks`` blocks of its widest layer page (or of its block stride)."""
     per_block = tensor.block_stride if tensor.block_stride > 0 else widest_page
@@ -527,42 +476,26 @@ def tensors_problem(
     makes the check cheaper, not different)."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
-    fields = _plain_fields(tensors)
-    if fields is None:  # some tensor is not plain: find the first at fault
-        for index, tensor in enumerate(tensors):
-            problem = _tensor_problem(index, tensor)
-            if problem:
-                return problem
+    for index, tensor in enumerate(tensors):
+        problem = _tensor_problem(index, tensor)
+        if problem:
+            return problem
     widest = _widest_pages(tensors, groups, layers)
     if isinstance(widest, str):
         return widest
-    total = _plain_bytes(fields, widest, num_blocks) if fields is not None else None
-    if total is None:  # a packed tensor, or one too small: tensor by tensor, naming the first
-        packed = total = 0
-        for index, tensor in enumerate(tensors):
-            problem = _size_problem(index, tensor, widest[index], num_blocks)
-            if problem:
-                return problem
-            if tensor.block_stride > 0:
-                packed = max(packed, tensor.size)
-            else:
-                total += tensor.size
-        total += packed
+    packed = total = 0
+    for index, tensor in enumerate(tensors):
+        problem = _size_problem(index, tensor, widest[index], num_blocks)
+        if problem:
+            return problem
+        if tensor.block_stride > 0:
+            packed = max(packed, tensor.size)
+        else:
+            total += tensor.size
+    total += packed
     if total > memory:
         return f"laid out {total} bytes of tensors on a worker with {memory} bytes"
     return None
-
-
-def _plain_bytes(
-    fields: tuple[list[int], list[int], list[int]], widest: Sequence[int], num_blocks: int
-) -> int | None:
-    """The bytes of tensors (their :func:`_plain_fields`) none of which is packed and each of
-    which holds ``num_blocks`` blocks of its widest page, found without a call per tensor; else
-    ``None``."""
-    sizes, _, strides = fields
-    if any(strides) or not all(map(operator.ge, sizes, map(operator.mul, widest, repeat(num_blocks)))):
-        return None
-    return sum(sizes)
 
 
 def architecture_problem(specs: object) -> str | None:
