@@ -126,7 +126,6 @@ def test_a_plans_decisions_are_made_when_first_read() -> None:
     plan = Planner("vllm").plan(specs, 1 << 30, CFG)
     stored = plan.__dict__["decisions"]
     assert isinstance(stored, DeferredDecisions) and len(stored) > 40
-    assert any(isinstance(entry, LayerCopies) for entry in stored._entries)
     text = plan.to_json()
     assert plan.__dict__["decisions"] is stored  # writing the JSON made no records
     made = plan.decisions

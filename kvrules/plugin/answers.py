@@ -55,7 +55,7 @@ from kvrules.plan import KVCacheGroup, KVCacheTensor, interleaved
 from kvrules.plugin.rules import Check
 from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
-from kvrules.specs.table import ReplacedSpecs, as_dict
+from kvrules.specs.table import as_dict
 from kvrules.values import shown
 
 
@@ -223,19 +223,15 @@ def _unplaced(
 
     One pass over the groups' layers: each is popped from a copy of ``specs``, so an unknown or
     repeated layer fails its pop and what stays in the copy is in no group (copying a dict costs
-    about what reading it does; building a table of every layer would cost more). Of a
-    :class:`ReplacedSpecs`, the table it was given is copied, read through its replacements."""
+    about what reading it does; building a table of every layer would cost more)."""
     if not isinstance(groups, (list, tuple)):
         return f"returned {type(groups).__name__}, not a list of KVCacheGroup", {}
-    if type(specs) is ReplacedSpecs:
-        left, replaced = specs.copy_given(), specs.replaced
-    else:
-        left, replaced = as_dict(specs), None
+    left = as_dict(specs)
     for index, group in enumerate(groups):
-        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left, replaced)
+        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left)
         if problem:
             return problem, {}
-    return None, left if type(specs) is not ReplacedSpecs else specs.over(left)
+    return None, left
 
 
 def _group_problem(index: int, group: object) -> str | None:
@@ -263,10 +259,9 @@ def _layers_problem(
     groups: Sequence[KVCacheGroup],
     specs: Mapping[str, KVCacheSpec],
     remaining: dict[str, KVCacheSpec],
-    replaced: Callable[[KVCacheSpec], KVCacheSpec] | None = None,
 ) -> str | None:
     """Group ``index``'s layers: known and in no earlier group (each is popped from
-    ``remaining``, whose specs read as ``replaced(spec)`` when given), and, when pooled, of the
+    ``remaining``), and, when pooled, of the
     group's page. The layer at fault is looked for only once a pop fails or a page differs."""
     group = groups[index]
     names = group.layer_names
@@ -280,8 +275,7 @@ def _layers_problem(
         return None
     page = group.spec.page_size_bytes
     distinct = dict(zip(map(id, layer_specs), layer_specs, strict=True))  # few: layers share specs
-    read = distinct.values() if replaced is None else map(replaced, distinct.values())
-    if all(spec.page_size_bytes == page for spec in read):
+    if all(spec.page_size_bytes == page for spec in distinct.values()):
         return None
     odd = next(n for n in names if specs[n].page_size_bytes != page)
     return (
