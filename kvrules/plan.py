@@ -542,6 +542,42 @@ class Plan:
         _check_derived(data, plan, version)
         return check_plan(plan)
 
+    @classmethod
+    def from_json(
+        cls, text: str | bytes, *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+    ) -> Plan:
+        """Rebuild a plan from a plan document's JSON text (:meth:`to_json`'s output, or bytes
+        in UTF-8, -16 or -32): decoded with the standard :mod:`json` module, refusing what JSON
+        does not allow (``NaN``, ``Infinity``, ``-Infinity``) and an object naming a key twice,
+        then read and checked by :meth:`from_dict`.
+
+        :raises ModelFileError: text that is not JSON, holds one of those constants or a
+            repeated key, or anything :meth:`from_dict` refuses.
+        :raises SpecError: a spec that does not build (naming the layer).
+        """
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too many digits
+            if isinstance(e, ModelFileError):
+                raise
+            raise ModelFileError(
+                f"plan document: not JSON text ({e}); write it with Plan.to_json()"
+            ) from None
+        return cls.from_dict(_object(data, "plan"), spec_types=spec_types)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ModelFileError(f"plan document: {name} is not allowed: JSON numbers are finite")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    made: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in made:
+            raise ModelFileError(f"plan document: key {key!r} appears twice in one object; keep one")
+        made[key] = value
+    return made
+
 
 class _MadeOnRead:
     """:attr:`Plan.decisions`: the tuple given to the constructor, or, for a plan the pipeline
