@@ -13,6 +13,10 @@ every decision is in the JSON; the same for ``to_json(indent=2)``; and the 1,000
 time with its ratio to the 100,000-layer one (target <= 12), the two sizes' processes taking
 turns. A plan's per-layer decision records
 are made when ``plan.decisions`` is first read, after the plan time; that read is timed apart.
+Then (not with ``--scale-only``) issue 25's case, 100,000 layers with one spec object per
+layer from a model file and from an HF config against 10,000 (in-process plan time, the
+readers imported first; target <= 12x), and a 100,000-layer plan document read back with its
+invariant checks (``Plan.from_dict``) beside ``check_plan`` alone.
 Run: ``.venv/bin/python benchmarks/plan_scaling.py`` (``--quick`` for a short
 run, ``--scale-only`` for the fresh-process figures alone).
 """
@@ -27,14 +31,19 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 import kvrules
-from kvrules import EngineConfig, FullAttentionSpec, KVCacheSpec, MambaSpec, Planner
+from kvrules import EngineConfig, FullAttentionSpec, KVCacheSpec, MambaSpec, Plan, Planner
+from kvrules.hf import specs_from_hf
+from kvrules.model import load_model_file
+from kvrules.plan import check_plan
 
 BLOCK = 1136
 MAMBA = MambaSpec(
@@ -277,6 +286,83 @@ def scale_section(quick: bool, repeat: int) -> None:
         )
 
 
+def per_layer_spec_objects(layers: int) -> tuple[float, float, float, float]:
+    """Issue 25's case: ``layers`` layers with one spec object per layer, from a model file (a
+    JSON document whose every layer has its own spec entry) and from an HF config (Llama-like,
+    ``num_hidden_layers = layers``); the in-process times ``(read model file, plan it, build HF
+    specs, plan them)``, every reader imported (and warmed up by the caller) before the clock starts."""
+    planner = Planner("vllm")
+    config = EngineConfig(max_model_len=4096)
+    spec = {
+        "type": "full_attention",
+        "block_size": 16,
+        "num_kv_heads": 8,
+        "head_size": 128,
+        "dtype": "bfloat16",
+    }
+    document = {"layers": {f"model.layers.{i}.self_attn": dict(spec) for i in range(layers)}}
+    hf = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": layers,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 8192,
+    }
+    memory = scale_memory(layers)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        start = time.perf_counter()
+        model = load_model_file(path)
+        read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    planner.plan(model.worker_specs(), memory, config)
+    plan_file_s = time.perf_counter() - start
+    start = time.perf_counter()
+    specs, _ = specs_from_hf(hf)
+    build_s = time.perf_counter() - start
+    start = time.perf_counter()
+    planner.plan(specs, memory, config)
+    plan_hf_s = time.perf_counter() - start
+    return read_s, plan_file_s, build_s, plan_hf_s
+
+
+def spec_objects_section(quick: bool) -> None:
+    """:func:`per_layer_spec_objects` at 10,000 and 100,000 layers (target: plan <= 12x)."""
+    small, large = (1_000, 10_000) if quick else (10_000, 100_000)
+    per_layer_spec_objects(2)  # warm up: the readers' and the HF builder's first-call costs
+    a, b = per_layer_spec_objects(small), per_layer_spec_objects(large)
+    print()
+    print("one spec object per layer (issue 25), in-process, readers imported before timing:")
+    for label, read, plan in (("model file", 0, 1), ("HF config", 2, 3)):
+        print(
+            f"  {label:>10}: read {a[read]:.2f} s / {b[read]:.2f} s; plan {small:,} layers {a[plan]:.2f} s, "
+            f"{large:,} layers {b[plan]:.2f} s = {b[plan] / a[plan]:.1f}x (target <= 12x)"
+        )
+
+
+def document_section(quick: bool) -> None:
+    """A plan document read back at scale: ``Plan.from_dict`` with its invariant checks, and
+    ``check_plan`` alone (what ``allocate()`` adds for a plan ``Planner.plan`` did not make)."""
+    layers = 10_000 if quick else 100_000
+    plan = Planner("vllm").plan(hybrid_model(layers), scale_memory(layers), SCALE_CONFIG)
+    text = plan.to_json()
+    start = time.perf_counter()
+    Plan.from_dict(json.loads(text))
+    read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    check_plan(plan)
+    check_s = time.perf_counter() - start
+    print()
+    print(
+        f"plan documents at {layers:,} layers: json.loads + Plan.from_dict {read_s:.2f} s "
+        f"(invariants included); check_plan alone {check_s:.2f} s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller models, fewer repeats")
@@ -294,6 +380,9 @@ def main() -> None:
     # this process before exec, and this process grows while it measures the per-layer tables
     scale_section(args.quick, args.repeat or (1 if args.quick else 5))
     if not args.scale_only:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        spec_objects_section(args.quick)
+        document_section(args.quick)
         per_layer_tables(args.quick)
 
 

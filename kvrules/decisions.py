@@ -17,10 +17,8 @@ are kept as given, never copied, and layers that share an answer share the same 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import FrozenInstanceError
-from itertools import accumulate, chain, compress, repeat
 from typing import Any
 
 from kvrules import logs
@@ -235,71 +233,13 @@ _set_layer: Callable[[Decision, str | None], None] = Decision.__dict__["layer"].
 _set_body: Callable[[Decision, Body], None] = Decision.__dict__["_body"].__set__
 
 
-def layer_copies(layers: Sequence[str], bodies: Sequence[Sequence[Body]]) -> list[Decision]:
-    """For each of ``layers`` in order, one decision per body of its entry in ``bodies`` (the
-    same answers recorded again for that layer, :meth:`Decision.for_layer`), made without a
-    Python call per decision: a plan of a million layers makes about that many."""
-    counts = list(map(len, bodies))
-    objs = list(map(_new, repeat(Decision, sum(counts))))
-    deque(map(_set_layer, objs, chain.from_iterable(map(repeat, layers, counts))), maxlen=0)
-    deque(map(_set_body, objs, chain.from_iterable(bodies)), maxlen=0)
-    return objs
-
-
-class LayerCopies:
-    """Decisions not made yet: for each of :attr:`layers` in order, one decision per body of
-    ``answers[kinds[i]]`` (what :func:`layer_copies` makes, on demand).
-
-    A million-layer plan holds about a million per-layer records; made at once, they are a
-    million objects the garbage collector walks at each full collection while the plan is still
-    being built. Kept as a tuple of names (which the collector stops walking once it sees it
-    holds only strings), an array of small integers (not walked at all) and the few distinct
-    answers, they cost it nothing.
-    """
-
-    __slots__ = ("answers", "kinds", "layers")
-
-    def __init__(
-        self, layers: Sequence[str], kinds: Sequence[int], answers: Sequence[Sequence[Body]]
-    ) -> None:
-        self.layers = layers
-        self.kinds = kinds
-        self.answers = answers
-
-    def __len__(self) -> int:
-        counts = list(map(len, self.answers))
-        return sum(map(counts.__getitem__, self.kinds))
-
-    def made(self) -> list[Decision]:
-        """The decisions, in order (new objects on each call)."""
-        return layer_copies(self.layers, list(map(self.answers.__getitem__, self.kinds)))
-
-    def run(self) -> Run:
-        """The decisions as columns (:data:`Run`), without making them."""
-        sizes = list(map(len, self.answers))
-        if max(sizes, default=0) <= 1:  # at most one decision per layer: no layer repeated
-            single = [answer[0] if answer else None for answer in self.answers]
-            if min(sizes, default=1) == 1:
-                return self.layers, self.kinds, single, True
-            keep = list(map(sizes.__getitem__, self.kinds))  # 0 or 1 per layer
-            return list(compress(self.layers, keep)), list(compress(self.kinds, keep)), single, True
-        table = list(chain.from_iterable(self.answers))  # every answer's bodies, one after another
-        starts = [0, *accumulate(sizes)]
-        spans = [range(starts[k], starts[k + 1]) for k in range(len(sizes))]
-        layers = list(chain.from_iterable(map(repeat, self.layers, map(sizes.__getitem__, self.kinds))))
-        return layers, list(chain.from_iterable(map(spans.__getitem__, self.kinds))), table, True
-
-    def __reduce__(self) -> tuple[type[LayerCopies], tuple[Any, ...]]:
-        return (LayerCopies, (self.layers, self.kinds, self.answers))
-
-
 #: decisions as columns: decision ``i`` is of layer ``layers[i]`` with body ``bodies[kinds[i]]``
 #: (``layers``, ``kinds``, ``bodies``; an entry of ``bodies`` no decision has may be ``None``),
 #: and whether every layer is a name (none is ``None``)
 Run = tuple["Sequence[str | None]", "Sequence[int]", "Sequence[Body | None]", bool]
 
-#: one entry of a :class:`DecisionLog`: a decision, or the copies of answers for a run of layers
-Entry = Decision | LayerCopies
+#: one entry of a :class:`DecisionLog`
+Entry = Decision
 
 
 class DeferredDecisions:
@@ -317,36 +257,25 @@ class DeferredDecisions:
     def __len__(self) -> int:
         if self._made is not None:
             return len(self._made)
-        return sum(len(e) if isinstance(e, LayerCopies) else 1 for e in self._entries)
+        return len(self._entries)
 
     def made(self) -> tuple[Decision, ...]:
         """Every decision, in order; the same tuple on every call."""
         if self._made is None:
-            self._made = tuple(
-                chain.from_iterable(e.made() if isinstance(e, LayerCopies) else (e,) for e in self._entries)
-            )
+            self._made = self._entries
         return self._made
 
     def runs(self) -> Iterator[Run]:
-        """The decisions in order, as columns (:data:`Run`), without making the copies."""
-        pending: list[Decision] = []
-        for entry in self._entries:
-            if isinstance(entry, LayerCopies):
-                if pending:
-                    yield _columns(pending)
-                    pending = []
-                yield entry.run()
-            else:
-                pending.append(entry)
-        if pending:
-            yield _columns(pending)
+        """The decisions in order, as columns (:data:`Run`)."""
+        if self._entries:
+            yield _columns(self._entries)
 
     def __reduce__(self) -> tuple[type[tuple[Decision, ...]], tuple[tuple[Decision, ...]]]:
         return (tuple, (self.made(),))
 
 
 def decision_runs(decisions: Sequence[Decision] | DeferredDecisions) -> Iterator[Run]:
-    """``decisions`` in order as columns (:data:`Run`); deferred copies are not made."""
+    """``decisions`` in order as columns (:data:`Run`)."""
     if isinstance(decisions, DeferredDecisions):
         return decisions.runs()
     return iter((_columns(decisions),) if decisions else ())
@@ -414,14 +343,10 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any] | None:
 
 
 class DecisionLog:
-    """Collects decisions in order and emits each as a ``kvrules.decision`` debug event.
-
-    Copies of answers for runs of layers (:meth:`add_copies`) stay :class:`LayerCopies` until
-    read, unless someone listens (then each is made and emitted at once).
-    """
+    """Collects decisions in order and emits each as a ``kvrules.decision`` debug event."""
 
     def __init__(self) -> None:
-        #: the log in order: decisions, and runs of per-layer copies not made yet
+        #: the log in order
         self.entries: list[Entry] = []
         # decide once per log where (and whether) decisions go: asking per decision would rebuild a
         # structlog logger, or re-check the stdlib level, 100,000 times in a large plan
@@ -429,15 +354,15 @@ class DecisionLog:
 
     @property
     def items(self) -> list[Decision]:
-        """Every decision so far, in order (a new list on each read: copies are made)."""
+        """Every decision so far, in order (a new list on each read)."""
         return list(self.decisions())
 
     def decisions(self) -> tuple[Decision, ...]:
-        """Every decision so far, in order (copies made)."""
+        """Every decision so far, in order."""
         return DeferredDecisions(self.entries).made()
 
     def deferred(self) -> DeferredDecisions:
-        """Every decision so far, with the copies not made until read."""
+        """Every decision so far, as a :class:`DeferredDecisions`."""
         return DeferredDecisions(self.entries)
 
     def mark(self) -> int:
@@ -484,14 +409,6 @@ class DecisionLog:
             _set_layer(copy, layer)
             _set_body(copy, decision._body)
             append(copy)
-
-    def add_copies(self, copies: LayerCopies) -> None:
-        """Add ``copies`` (made and emitted one by one when someone listens)."""
-        if self._emit is not None:
-            for decision in copies.made():
-                self.add(decision)
-        elif copies.layers:
-            self.entries.append(copies)
 
     def record(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -26,6 +27,7 @@ from typing import Any, cast
 from kvrules.config import EngineConfig
 from kvrules.decisions import Body, Decision, DeferredDecisions, Run, decision_runs, with_body
 from kvrules.errors import ConfigError, ModelFileError
+from kvrules.specs.asked import blocks_of
 from kvrules.specs.base import KVCacheSpec
 from kvrules.specs.io import spec_from_dict
 from kvrules.values import MAX_BLOCKS, MAX_BYTES, MAX_TOKENS, as_int, as_name, as_number, shown
@@ -498,10 +500,14 @@ class Plan:
         """Rebuild a plan from a ``kvrules.plan/v1`` or ``kvrules.plan/v2`` document.
 
         Derived figures in the document (v2's page sizes, each worker's ``allocated_bytes``, the
-        waste totals and efficiencies) are recomputed and must match.
+        waste totals and efficiencies) are recomputed and must match, and the plan must hold every
+        plan invariant (:func:`plan_problem`: each layer in exactly one group, tensors covering
+        every layer of their worker and fitting its memory, block counts, concurrency and capacity
+        recomputed): a plan document is input from outside, like a model file.
 
         :raises ModelFileError: not a plan document of a known version, a missing key, a value of
-            the wrong kind, or a derived figure that differs (naming the field and both values).
+            the wrong kind, a derived figure that differs (naming the field and both values), or
+            a broken invariant (naming the field and the invariant).
         :raises SpecError: a spec that does not build (naming the layer).
         """
         data = _object(data, "plan")
@@ -534,7 +540,43 @@ class Plan:
             extra=dict(_object(data.get("extra", {}), "extra")),
         )
         _check_derived(data, plan, version)
-        return plan
+        return check_plan(plan)
+
+    @classmethod
+    def from_json(
+        cls, text: str | bytes, *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
+    ) -> Plan:
+        """Rebuild a plan from a plan document's JSON text (:meth:`to_json`'s output, or bytes
+        in UTF-8, -16 or -32): decoded with the standard :mod:`json` module, refusing what JSON
+        does not allow (``NaN``, ``Infinity``, ``-Infinity``) and an object naming a key twice,
+        then read and checked by :meth:`from_dict`.
+
+        :raises ModelFileError: text that is not JSON, holds one of those constants or a
+            repeated key, or anything :meth:`from_dict` refuses.
+        :raises SpecError: a spec that does not build (naming the layer).
+        """
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too many digits
+            if isinstance(e, ModelFileError):
+                raise
+            raise ModelFileError(
+                f"plan document: not JSON text ({e}); write it with Plan.to_json()"
+            ) from None
+        return cls.from_dict(_object(data, "plan"), spec_types=spec_types)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ModelFileError(f"plan document: {name} is not allowed: JSON numbers are finite")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    made: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in made:
+            raise ModelFileError(f"plan document: key {key!r} appears twice in one object; keep one")
+        made[key] = value
+    return made
 
 
 class _MadeOnRead:
@@ -1188,3 +1230,124 @@ def _content(d: Decision) -> tuple[Any, ...] | None:
 def _int(value: int) -> str:
     """An integer's JSON text."""
     return repr(int(value))
+
+
+# --- invariants: what every plan holds, checked on documents and on plans made elsewhere -----
+
+#: id -> plan for the plans Planner.plan returned in this process (weakly held: a plan that dies
+#: leaves, so a later object at the same id is not mistaken for it)
+_PLANNED: weakref.WeakValueDictionary[int, Plan] = weakref.WeakValueDictionary()
+
+
+def mark_planned(plan: Plan) -> Plan:
+    """Record ``plan`` as made by ``Planner.plan`` in this process (checked there already)."""
+    _PLANNED[id(plan)] = plan
+    return plan
+
+
+def was_planned(plan: Plan) -> bool:
+    """Whether ``plan`` is one :func:`mark_planned` recorded (the very object, still alive)."""
+    return _PLANNED.get(id(plan)) is plan
+
+
+def check_plan(plan: Plan) -> Plan:
+    """``plan`` if it holds every plan invariant (:func:`plan_problem`).
+
+    :raises ModelFileError: naming the field and the invariant it breaks.
+    """
+    problem = plan_problem(plan)
+    if problem is not None:
+        where, invariant = problem
+        raise ModelFileError(f"plan field {where}: {invariant}; this is not a plan kvrules made")
+    return plan
+
+
+def plan_problem(plan: Plan) -> tuple[str, str] | None:
+    """The first ``(field, invariant)`` that ``plan`` breaks, or ``None``."""
+    return next(chain(_group_problems(plan), _worker_problems(plan), _capacity_problems(plan)), None)
+
+
+def _group_problems(plan: Plan) -> Iterator[tuple[str, str]]:
+    seen: set[str] = set()
+    for g, group in enumerate(plan.groups):
+        for name in group.layer_names:
+            if name not in plan.specs:
+                yield f"groups[{g}].layer_names", f"layer {name!r} has no spec in 'specs'"
+            if name in seen:
+                yield (
+                    f"groups[{g}].layer_names",
+                    f"layer {name!r} is in two groups (each layer in exactly one)",
+                )
+            seen.add(name)
+    missing = [name for name in plan.specs if name not in seen]
+    if missing:
+        yield "groups", f"layer {missing[0]!r} of 'specs' is in no group (each layer in exactly one)"
+
+
+def _worker_problems(plan: Plan) -> Iterator[tuple[str, str]]:
+    for w, worker in enumerate(plan.workers):
+        where = f"workers[{w}]"
+        if worker.num_blocks != plan.num_blocks:
+            yield (
+                f"{where}.num_blocks",
+                f"{worker.num_blocks} differs from the plan's {plan.num_blocks} blocks",
+            )
+        if worker.own_num_blocks and worker.own_num_blocks < plan.num_blocks:
+            yield (
+                f"{where}.own_num_blocks",
+                (
+                    f"{worker.own_num_blocks} is below the agreed {plan.num_blocks} blocks (the least of every worker's)"
+                ),
+            )
+        pages = {name: g.spec.page_size_bytes for g in worker.groups for name in g.layer_names}
+        covered: set[str] = set()
+        for t, tensor in enumerate(worker.tensors):
+            stray = [name for name in tensor.shared_by if name not in pages]
+            if stray:
+                yield f"{where}.tensors[{t}].shared_by", f"layer {stray[0]!r} is not in the worker's groups"
+                continue
+            covered.update(tensor.shared_by)
+            per_block = tensor.block_stride or max((pages[n] for n in tensor.shared_by), default=0)
+            if tensor.size < per_block * worker.num_blocks:
+                yield (
+                    f"{where}.tensors[{t}].size",
+                    (f"{tensor.size} bytes hold fewer than {worker.num_blocks} blocks of {per_block} bytes"),
+                )
+        uncovered = [name for name in pages if name not in covered]
+        if uncovered and worker.tensors:
+            yield f"{where}.tensors", f"layer {uncovered[0]!r} is in no tensor (tensors cover every layer)"
+        if worker.available_memory and worker.allocated_bytes > worker.available_memory:
+            yield (
+                f"{where}.available_memory",
+                (
+                    f"the tensors take {worker.allocated_bytes} bytes, more than the worker's "
+                    f"{worker.available_memory} (tensors fit the worker's memory)"
+                ),
+            )
+
+
+def _capacity_problems(plan: Plan) -> Iterator[tuple[str, str]]:
+    needed = sum(blocks_of(g.spec, plan.config) for g in plan.groups)
+    concurrency = math.inf if needed == 0 else plan.num_blocks / needed
+    if not _same_float(plan.max_concurrency, concurrency):
+        yield (
+            "max_concurrency",
+            f"{plan.max_concurrency} differs from num_blocks / blocks per request = {concurrency}",
+        )
+    capacity = 0 if math.isinf(concurrency) else math.floor(concurrency * plan.max_model_len)
+    if plan.capacity_tokens != capacity:
+        yield (
+            "capacity_tokens",
+            f"{plan.capacity_tokens} differs from max_concurrency * max_model_len = {capacity}",
+        )
+    if plan.max_model_len != plan.config.max_model_len:
+        yield (
+            "max_model_len",
+            f"{plan.max_model_len} differs from config.max_model_len {plan.config.max_model_len}",
+        )
+
+
+def _same_float(given: float, derived: float) -> bool:
+    if math.isinf(derived) or math.isinf(given):
+        return given == derived
+    return math.isclose(given, derived, rel_tol=1e-4, abs_tol=1e-4)

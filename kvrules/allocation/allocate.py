@@ -22,7 +22,7 @@ from kvrules.allocation.verify import verify_views
 from kvrules.allocation.views import resolve_view_layouts
 from kvrules.decisions import Decision, DecisionLog
 from kvrules.errors import AllocationError, PluginError
-from kvrules.plan import Plan
+from kvrules.plan import Plan, check_plan, was_planned
 from kvrules.plugin.allocator import AllocationRequest, Allocator, LayoutChoice, Placement
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
@@ -179,10 +179,14 @@ def allocate(
         ``None`` picks the default per spec (FlashAttention NHD for attention).
     :param allocator: force an allocator by name instead of the first that supports ``device``.
     :param plugin_manager: where allocators and view layouts come from (the default manager if omitted).
+    :raises ModelFileError: ``plan`` is not one ``Planner.plan`` returned in this process (read
+        from a document or built by hand) and breaks a plan invariant (``kvrules.plan.plan_problem``).
     :raises AllocationError: no allocator or view layout fits; the plan needs more than the
         device has free (checked before the first buffer, when the allocator can tell); or the
         device runs out of memory (what was already allocated is freed first).
     """
+    if not was_planned(plan):  # a plan from a document or built by hand: the invariants first
+        check_plan(plan)
     registries = (plugin_manager or default_manager()).registries
     registry = registries.allocators
     device_name = str(device)

@@ -34,14 +34,14 @@ from kvrules.pipeline.project import project
 from kvrules.pipeline.route import choose_route, fall_back
 from kvrules.pipeline.unify import unify_pages
 from kvrules.pipeline.waste import waste_report
-from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, with_deferred_decisions
+from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, mark_planned, with_deferred_decisions
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec, resolve_strategies
 from kvrules.plugin.registry import Registries
 from kvrules.specs.base import KVCacheSpec
-from kvrules.specs.table import ReplacedSpecs, as_dict
+from kvrules.specs.table import as_dict
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def final_specs(
     ``owned``: ``layer_specs`` is a table the pipeline made (no caller holds it), returned
     itself when no group has members: a million-layer plan then keeps one table of every layer
     fewer."""
-    if owned and type(layer_specs) in (dict, ReplacedSpecs) and not any(g.spec.has_members for g in groups):
+    if owned and type(layer_specs) is dict and not any(g.spec.has_members for g in groups):
         return layer_specs
     out = as_dict(layer_specs)
     for g in groups:
@@ -207,6 +207,7 @@ class Planner:
             waste=waste,
         )
         with_deferred_decisions(plan, ask.decisions.deferred())
+        mark_planned(plan)
         logs.info(
             "kvrules.plan.finished",
             layers=len(plan.specs),

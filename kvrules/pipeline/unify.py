@@ -8,19 +8,17 @@ so planning stays linear in the number of layers.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Mapping, Sequence
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from operator import is_
 from typing import cast
 
-from kvrules.decisions import Body, Decision, Entry, LayerCopies
+from kvrules.decisions import Decision
 from kvrules.errors import UnificationError
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.rules import Rule
 from kvrules.specs.base import KVCacheSpec, distinct_specs
-from kvrules.specs.table import ReplacedSpecs
 
 DISPATCHER = "dispatcher"
 
@@ -92,100 +90,7 @@ def unify_pages(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) 
         f"Target page is {target} bytes, the largest page (layer {target_layer!r}); "
         f"{len(pages)} distinct page sizes.",
     )
-    if ask.decisions.listening or len(distinct) > _FEW_SPECS:
-        return _unified_layer_by_layer(specs, target, target_layer, rules, ctx, ask)
-    return _unified(specs, distinct, target, target_layer, rules, ctx, ask)
-
-
-#: at most this many distinct spec objects take :func:`_unified`'s path
-_FEW_SPECS = 64
-
-
-def _unified(
-    specs: Mapping[str, KVCacheSpec],
-    distinct: Sequence[KVCacheSpec],
-    target: int,
-    target_layer: str,
-    rules: Sequence[Rule],
-    ctx: PlanContext,
-    ask: Asker,
-) -> Mapping[str, KVCacheSpec]:
-    """:func:`_unified_layer_by_layer`'s result and decision log, without a Python call per
-    layer: the rules are asked at the first layer of each ``distinct`` spec (in layer order, equal
-    specs sharing the answer), then every other layer's copies of its spec's decisions are made
-    at once and put between those first layers' records, so the log reads as if each layer had
-    been asked in turn. For a model whose layers share a few spec objects (the usual case)."""
-    names, values = list(specs), list(specs.values())
-    log = ask.decisions.entries  # not listening (see unify_pages): copies may stay unmade
-    base = len(log)
-    by_equal: dict[KVCacheSpec, Answer] = {}
-    answers: dict[int, Answer] = {}
-    new: dict[int, KVCacheSpec] = {}
-    firsts: list[tuple[int, int, int]] = []  # (first layer, its records' start and end in the log)
-    for spec in distinct:
-        answer = by_equal.get(spec, UNSEEN)
-        if answer is UNSEEN:
-            index = next(compress(count(), map(is_, values, repeat(spec))))
-            start = len(log)
-            try:
-                answer = (
-                    None
-                    if spec.page_size_bytes == target
-                    else _first(names[index], spec, target, target_layer, rules, ctx, ask)
-                )
-            except UnificationError:
-                _interleave(log, base, [*firsts, (index, start, len(log))], names, values, answers, index)
-                raise
-            by_equal[spec] = answer
-            firsts.append((index, start, len(log)))
-        answers[id(spec)] = answer
-        new[id(spec)] = spec if answer is None else answer[0]
-    _interleave(log, base, firsts, names, values, answers, len(names))
-    # a copy of the table (cheap: no hashing), read through the few replaced spec objects
-    replaced = {key: spec for key, spec in new.items() if answers[key] is not None}
-    return ReplacedSpecs(dict(specs), replaced)
-
-
-def _interleave(
-    log: list[Entry],
-    base: int,
-    firsts: Sequence[tuple[int, int, int]],
-    names: Sequence[str],
-    values: Sequence[KVCacheSpec],
-    answers: Mapping[int, Answer],
-    end: int,
-) -> None:
-    """Rewrite ``log[base:]`` (the first layers' records, ``firsts`` in layer order) to hold, up
-    to layer ``end``, each other layer's copies of its spec's decisions in layer order."""
-    answered = {
-        key: () if answer is None else tuple(d.body for d in answer[1]) for key, answer in answers.items()
-    }
-    table = list(answered.values())  # each spec's answer, by its index among them
-    kinds = dict(zip(answered, range(len(table)), strict=True))
-    recorded = log[base:]
-    del log[base:]
-    done = 0
-    for index, start, stop in sorted(firsts):
-        if done < index:
-            log.append(_copies(names, values, kinds, table, done, index))
-        log.extend(recorded[start - base : stop - base])
-        done = index + 1
-    if done < end:
-        log.append(_copies(names, values, kinds, table, done, end))
-
-
-def _copies(
-    names: Sequence[str],
-    values: Sequence[KVCacheSpec],
-    kinds: Mapping[int, int],
-    table: Sequence[tuple[Body, ...]],
-    start: int,
-    stop: int,
-) -> LayerCopies:
-    """The decisions of layers ``start`` to ``stop`` (none of them a first layer), not made yet:
-    ``kinds`` gives the index in ``table`` of each spec object's answer."""
-    which = array("I", map(kinds.__getitem__, map(id, values[start:stop])))
-    return LayerCopies(tuple(names[start:stop]), which, table)
+    return _unified_layer_by_layer(specs, target, target_layer, rules, ctx, ask)
 
 
 def _unified_layer_by_layer(

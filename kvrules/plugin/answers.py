@@ -42,10 +42,9 @@ type's fault (the asker reports it so).
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress, repeat
+from itertools import chain, repeat
 from operator import attrgetter, is_
 from typing import Any, cast
 
@@ -56,7 +55,7 @@ from kvrules.plan import KVCacheGroup, KVCacheTensor, interleaved
 from kvrules.plugin.rules import Check
 from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
-from kvrules.specs.table import ReplacedSpecs, as_dict
+from kvrules.specs.table import as_dict
 from kvrules.values import shown
 
 
@@ -187,41 +186,11 @@ def alignment_problem(old: Mapping[str, KVCacheSpec], new: object, touches: froz
 
 def groups_problem(groups: object, specs: Mapping[str, KVCacheSpec], *, complete: bool = True) -> str | None:
     """A router's, fallback's, grouper's (``complete``) or partitioner's groups over ``specs``."""
-    if complete and _split_by_spec(groups, specs):
-        return None
     problem, left = _unplaced(groups, specs)
     if problem is None and complete and left:
         missing = list(left)
         return f"left {len(missing)} layer(s) out of every group, e.g. {', '.join(missing[:3])}"
     return problem
-
-
-def _split_by_spec(groups: object, specs: Mapping[str, KVCacheSpec]) -> bool:
-    """Whether ``groups`` are pooled groups that split the layers of each of a few spec objects
-    among them position by position (vLLM's split: group ``i`` of ``n`` with one spec holds that
-    spec's layers ``i``, ``i + n``, ...), every layer of ``specs`` in one group: then each group
-    is valid, found by comparing lists in order, where a table of a million layers would be
-    probed at random a million times. Any other grouping gets the general check."""
-    if not isinstance(groups, (list, tuple)) or not groups:
-        return False
-    if any(_group_problem(i, g) is not None or g.spec.has_members for i, g in enumerate(groups)):
-        return False
-    rows: dict[int, list[tuple[str, ...]]] = {}
-    for group in groups:
-        rows.setdefault(id(group.spec), []).append(group.layer_names)
-    if len(rows) > _FEW_GROUP_SPECS or sum(len(g.layer_names) for g in groups) != len(specs):
-        return False
-    names, values = list(specs), list(specs.values())
-    by_id = {id(g.spec): g.spec for g in groups}
-    for key, split in rows.items():
-        expected = list(compress(names, map(is_, values, repeat(by_id[key]))))
-        if not _same_names(interleaved(split), expected):
-            return False
-    return True
-
-
-#: at most this many distinct group specs take :func:`_split_by_spec`'s passes
-_FEW_GROUP_SPECS = 8
 
 
 def partition_problem(
@@ -231,8 +200,6 @@ def partition_problem(
     them (layers may be left out), and the remaining specs exactly the layers no group holds,
     each with its given spec object. Returns the problem (``None`` if none) and those layers in
     ``specs``' order."""
-    if not remaining and _split_by_spec(groups, specs):
-        return None, {}
     problem, left = _unplaced(groups, specs)
     if problem is not None:
         return problem, {}
@@ -256,19 +223,15 @@ def _unplaced(
 
     One pass over the groups' layers: each is popped from a copy of ``specs``, so an unknown or
     repeated layer fails its pop and what stays in the copy is in no group (copying a dict costs
-    about what reading it does; building a table of every layer would cost more). Of a
-    :class:`ReplacedSpecs`, the table it was given is copied, read through its replacements."""
+    about what reading it does; building a table of every layer would cost more)."""
     if not isinstance(groups, (list, tuple)):
         return f"returned {type(groups).__name__}, not a list of KVCacheGroup", {}
-    if type(specs) is ReplacedSpecs:
-        left, replaced = specs.copy_given(), specs.replaced
-    else:
-        left, replaced = as_dict(specs), None
+    left = as_dict(specs)
     for index, group in enumerate(groups):
-        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left, replaced)
+        problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left)
         if problem:
             return problem, {}
-    return None, left if type(specs) is not ReplacedSpecs else specs.over(left)
+    return None, left
 
 
 def _group_problem(index: int, group: object) -> str | None:
@@ -296,10 +259,9 @@ def _layers_problem(
     groups: Sequence[KVCacheGroup],
     specs: Mapping[str, KVCacheSpec],
     remaining: dict[str, KVCacheSpec],
-    replaced: Callable[[KVCacheSpec], KVCacheSpec] | None = None,
 ) -> str | None:
     """Group ``index``'s layers: known and in no earlier group (each is popped from
-    ``remaining``, whose specs read as ``replaced(spec)`` when given), and, when pooled, of the
+    ``remaining``), and, when pooled, of the
     group's page. The layer at fault is looked for only once a pop fails or a page differs."""
     group = groups[index]
     names = group.layer_names
@@ -313,8 +275,7 @@ def _layers_problem(
         return None
     page = group.spec.page_size_bytes
     distinct = dict(zip(map(id, layer_specs), layer_specs, strict=True))  # few: layers share specs
-    read = distinct.values() if replaced is None else map(replaced, distinct.values())
-    if all(spec.page_size_bytes == page for spec in read):
+    if all(spec.page_size_bytes == page for spec in distinct.values()):
         return None
     odd = next(n for n in names if specs[n].page_size_bytes != page)
     return (
@@ -377,24 +338,6 @@ def _tensor_problem(index: int, tensor: object) -> str | None:
         if problem:
             return problem
     return None
-
-
-def _plain_fields(tensors: Sequence[object]) -> tuple[list[int], list[int], list[int]] | None:
-    """The sizes, offsets and block strides of ``tensors`` when every one is a
-    :class:`KVCacheTensor` whose ``shared_by`` is a tuple or list and whose three are
-    non-negative ints (what :func:`_tensor_problem` accepts), found without a Python call per
-    tensor; else ``None``."""
-    if set(map(type, tensors)) != {KVCacheTensor}:
-        return None
-    tensors = cast("Sequence[KVCacheTensor]", tensors)
-    if not set(map(type, map(attrgetter("shared_by"), tensors))) <= {tuple, list}:
-        return None
-    sizes, offsets, strides = (list(map(attrgetter(f), tensors)) for f in ("size", "offset", "block_stride"))
-    if not set(map(type, chain(sizes, offsets, strides))) <= {int}:
-        return None
-    if min(chain(sizes, offsets, strides)) < 0:
-        return None
-    return sizes, offsets, strides
 
 
 def _size_problem(index: int, tensor: KVCacheTensor, widest_page: int, num_blocks: int) -> str | None:
@@ -527,42 +470,26 @@ def tensors_problem(
     makes the check cheaper, not different)."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
-    fields = _plain_fields(tensors)
-    if fields is None:  # some tensor is not plain: find the first at fault
-        for index, tensor in enumerate(tensors):
-            problem = _tensor_problem(index, tensor)
-            if problem:
-                return problem
+    for index, tensor in enumerate(tensors):
+        problem = _tensor_problem(index, tensor)
+        if problem:
+            return problem
     widest = _widest_pages(tensors, groups, layers)
     if isinstance(widest, str):
         return widest
-    total = _plain_bytes(fields, widest, num_blocks) if fields is not None else None
-    if total is None:  # a packed tensor, or one too small: tensor by tensor, naming the first
-        packed = total = 0
-        for index, tensor in enumerate(tensors):
-            problem = _size_problem(index, tensor, widest[index], num_blocks)
-            if problem:
-                return problem
-            if tensor.block_stride > 0:
-                packed = max(packed, tensor.size)
-            else:
-                total += tensor.size
-        total += packed
+    packed = total = 0
+    for index, tensor in enumerate(tensors):
+        problem = _size_problem(index, tensor, widest[index], num_blocks)
+        if problem:
+            return problem
+        if tensor.block_stride > 0:
+            packed = max(packed, tensor.size)
+        else:
+            total += tensor.size
+    total += packed
     if total > memory:
         return f"laid out {total} bytes of tensors on a worker with {memory} bytes"
     return None
-
-
-def _plain_bytes(
-    fields: tuple[list[int], list[int], list[int]], widest: Sequence[int], num_blocks: int
-) -> int | None:
-    """The bytes of tensors (their :func:`_plain_fields`) none of which is packed and each of
-    which holds ``num_blocks`` blocks of its widest page, found without a call per tensor; else
-    ``None``."""
-    sizes, _, strides = fields
-    if any(strides) or not all(map(operator.ge, sizes, map(operator.mul, widest, repeat(num_blocks)))):
-        return None
-    return sum(sizes)
 
 
 def architecture_problem(specs: object) -> str | None:

@@ -13,7 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from kvrules import Decision, EngineConfig, FullAttentionSpec, MambaSpec, Planner
-from kvrules.decisions import DecisionLog, DeferredDecisions, LayerCopies, layer_copies
+from kvrules.decisions import DecisionLog, DeferredDecisions
 from kvrules.plan import Plan
 
 SPECS = {
@@ -114,8 +114,6 @@ def test_a_decision_is_an_immutable_value_and_copies_share_its_body() -> None:
             assert (rule, layer) == ("mamba-pad", "a.1")
         case _:
             pytest.fail("a decision matches by its fields")
-    copies = layer_copies(["b.0", "b.1"], [(d.body,), (d.body, d.body)])
-    assert [c.layer for c in copies] == ["b.0", "b.1", "b.1"] and all(c.body is d.body for c in copies)
 
 
 def test_a_plans_decisions_are_made_when_first_read() -> None:
@@ -126,7 +124,6 @@ def test_a_plans_decisions_are_made_when_first_read() -> None:
     plan = Planner("vllm").plan(specs, 1 << 30, CFG)
     stored = plan.__dict__["decisions"]
     assert isinstance(stored, DeferredDecisions) and len(stored) > 40
-    assert any(isinstance(entry, LayerCopies) for entry in stored._entries)
     text = plan.to_json()
     assert plan.__dict__["decisions"] is stored  # writing the JSON made no records
     made = plan.decisions
@@ -147,14 +144,16 @@ def test_a_plans_decisions_are_made_when_first_read() -> None:
     assert given.decisions is made and given == plan
 
 
-def test_a_decision_log_keeps_layer_copies_until_read() -> None:
+def test_a_decision_log_copies_answers_for_layers_in_order() -> None:
     d = Decision("unify", "mamba-pad", "applied", "a.0", "padded", None, None, 64)
     log = DecisionLog()
     log.add(d)
     mark = log.mark()
-    log.add_copies(LayerCopies(("b.0", "b.1"), [0, 1], [(d.body,), (d.body, d.body)]))
-    log.add_copies(LayerCopies((), [], []))
-    assert len(log.entries) == 2 and len(log.deferred()) == 4
+    log.add_for_layer([d], "b.0")
+    log.add_for_layer([d, d], "b.1")
+    log.add_for_layer([], "b.2")
+    assert len(log.entries) == 4 and len(log.deferred()) == 4
+    assert all(x.body is d.body for x in log.entries)
     assert [x.layer for x in log.since(mark)] == ["b.0", "b.1", "b.1"]
     assert log.decisions() == (d, d.for_layer("b.0"), d.for_layer("b.1"), d.for_layer("b.1"))
     assert log.items == list(log.decisions())
