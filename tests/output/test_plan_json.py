@@ -31,7 +31,7 @@ from kvrules.plan import (
 )
 
 GiB = 1 << 30
-PLANS = Path(__file__).parent / "data" / "plans"
+PLANS = Path(__file__).parent.parent / "data" / "plans"
 V2 = plan_json_schema(version=2)
 VALIDATOR = jsonschema.Draft202012Validator(V2)
 SETS = ("vllm", "default")
