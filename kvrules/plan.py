@@ -38,7 +38,7 @@ SCHEMAS = {1: "kvrules.plan/v1", 2: SCHEMA}
 
 
 #: preset names kept as aliases: name -> the preset it stands for. ``vllm`` is ``vllm-0.28``
-#: throughout kvrules 0.2 (deprecated; removed in 0.3); a set chosen by an alias records the
+#: through kvrules 0.3 (deprecated; removed in 0.4); a set chosen by an alias records the
 #: preset it resolves to (``StrategySet.name``, ``Plan.strategy_set``), and a document written
 #: with the alias (kvrules 0.1) reads back with the preset's name. Re-exported by
 #: :mod:`kvrules.plugin.presets`.

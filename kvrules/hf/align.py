@@ -2,7 +2,7 @@
 
 Engines pick the attention block size at config time so that one attention page covers a Mamba
 state page (vLLM's ``_align_hybrid_block_size``, formulas §3.1). kvrules runs that choice as a
-rule set of kind ``align`` (:class:`kvrules.rules.Aligner`): the first active aligner whose
+rule set of kind ``align`` (:class:`kvrules.plugin.Aligner`): the first active aligner whose
 ``check`` applies rewrites the specs; the dispatcher here verifies the result and records every
 answer as a decision at stage ``align``.
 

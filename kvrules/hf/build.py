@@ -131,7 +131,7 @@ class HFModel:
         }
 
     def to_model_file(self, available_memory: list[int] | None = None) -> HFModelFile:
-        """A :class:`~kvrules.modelfile.ModelFile` the planner and CLI can plan."""
+        """A :class:`~kvrules.model.ModelFile` the planner and CLI can plan."""
         return HFModelFile(
             source=self.target.config.source,
             specs=dict(self.specs),

@@ -60,7 +60,7 @@ class Architecture(NamedPlugin):
 
     # -- required ---------------------------------------------------------------------------
     def recognises(self, config: HFConfig) -> Check:
-        """Whether this architecture builds ``config``, and why (a :class:`~kvrules.rules.Check`).
+        """Whether this architecture builds ``config``, and why (a :class:`~kvrules.plugin.Check`).
 
         The default matches :attr:`model_types` and :attr:`class_names`.
         """

@@ -93,7 +93,7 @@ class StrategySet:
         alias = self.requested.partition("+")[0]
         return (
             f"preset {alias!r} is an alias of {PRESET_ALIASES[alias]!r} (deprecated in kvrules 0.2, "
-            f"removed in 0.3); the set is recorded as {self.name!r}."
+            f"kept through 0.3, removed in 0.4); the set is recorded as {self.name!r}."
         )
 
     def rules(self, kind: str) -> tuple[Rule, ...]:

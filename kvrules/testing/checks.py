@@ -104,7 +104,9 @@ def _rule_base(rule: Rule) -> type[Rule]:
 def _check_rule_class(who: str, rule: Any) -> None:
     """A :class:`Rule` of a frozen dataclass."""
     if not isinstance(rule, Rule):
-        raise fail(who, f"{type(rule).__name__} does not derive from kvrules.rules.Rule", "use a rule base")
+        raise fail(
+            who, f"{type(rule).__name__} does not derive from kvrules.plugin.rules.Rule", "use a rule base"
+        )
     cls = type(rule)
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:

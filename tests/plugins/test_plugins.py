@@ -200,7 +200,7 @@ class FaultyPlugin:
         self.mode = mode
 
     @hookimpl
-    def kvrules_register_rules(self, registry: kvrules.registry.RuleRegistry) -> None:
+    def kvrules_register_rules(self, registry: kvrules.plugin.registry.RuleRegistry) -> None:
         registry.add(Faulty(mode=self.mode))
 
 
