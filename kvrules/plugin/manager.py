@@ -65,15 +65,29 @@ class KVRulesPluginManager(pluggy.PluginManager):
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """Register ``plugin`` (see pluggy); the registries are collected afresh on next use.
 
+        Registering a plugin that is already registered (an installed plugin's entry point, say,
+        registered again by its own tests) changes nothing and returns the name it has.
+
         :raises PluginError: ``plugin`` implements a hook kvrules does not have (a misspelling),
-            or implements one with the wrong arguments; the message lists the valid hooks.
+            or implements one with the wrong arguments (the message lists the valid hooks); or
+            another plugin already has ``name``.
         """
+        existing = self.get_name(plugin)
+        if existing is not None:
+            return existing
+        if name is not None and self.has_plugin(name):
+            raise PluginError(
+                f"cannot register {plugin!r} as {name!r}: that name is already taken by "
+                f"{self.describe(name)}; register it under another name"
+            )
         self._registries = None
         label = name or getattr(plugin, "__name__", None) or repr(plugin)
         try:
             result = super().register(plugin, name)
         except pluggy.PluginValidationError as exc:
             raise PluginError(f"{self.describe(label)}: {exc}; {_valid_hooks()}") from exc
+        except ValueError as exc:  # pluggy's other refusals, in kvrules' words
+            raise PluginError(f"cannot register {label!r}: {exc}") from exc
         try:
             self.check_pending()
         except pluggy.PluginValidationError as exc:

@@ -1,0 +1,41 @@
+"""Issue 24 item 6: the plugin author's test pattern works with the plugin installed, and a
+registration error is a PluginError (never pluggy's raw ValueError)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from kvrules import PluginError
+from kvrules.plugin import get_plugin_manager, hookimpl
+
+
+def _plugin(label: str) -> types.SimpleNamespace:
+    @hookimpl
+    def kvrules_register_rules(registry: object) -> None:
+        return None
+
+    return types.SimpleNamespace(kvrules_register_rules=kvrules_register_rules, label=label)
+
+
+def test_registering_an_already_registered_plugin_again_is_a_no_op() -> None:
+    pm = get_plugin_manager(autoload=False)
+    installed = _plugin("installed")
+    assert pm.register(installed, name="acme") == "acme"  # as its entry point would
+    before = pm.list_name_plugin()
+    assert pm.register(installed, name="test-acme") == "acme"  # the docs' test pattern
+    assert pm.list_name_plugin() == before
+
+
+def test_a_taken_name_is_a_plugin_error_naming_it() -> None:
+    pm = get_plugin_manager(autoload=False)
+    pm.register(_plugin("first"), name="acme")
+    with pytest.raises(PluginError, match=r"'acme': that name is already taken .*another name"):
+        pm.register(_plugin("second"), name="acme")
+
+
+def test_a_builtin_module_registered_again_is_not_a_raw_value_error() -> None:
+    pm = get_plugin_manager()
+    name, plugin = next(iter(pm.list_name_plugin()))
+    assert pm.register(plugin, name="test-again") == name
