@@ -70,7 +70,8 @@ class _Choice:
             f"{lead}group {mine.brief()}; vLLM's rule: {theirs.brief()}; one request costs "
             f"{mine.request_bytes:,} B{where} instead of {theirs.request_bytes:,} B (max concurrency "
             f"x{ratio(theirs, mine):.4f}); {len(self.considered)} group sizes with at most {max_groups} "
-            f"groups considered, {self.over_cap} over the cap."
+            f"groups considered, {self.over_cap} more with over {max_groups} KV-cache groups left out (the rule's "
+            "max_groups cap)."
         )
         details = {
             "vllm": theirs.as_dict(),
