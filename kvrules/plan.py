@@ -1307,7 +1307,9 @@ def _worker_problems(plan: Plan) -> Iterator[tuple[str, str]]:
                 yield f"{where}.tensors[{t}].shared_by", f"layer {stray[0]!r} is not in the worker's groups"
                 continue
             covered.update(tensor.shared_by)
-            per_block = tensor.block_stride or max((pages[n] for n in tensor.shared_by), default=0)
+            # a layer's own page (a uniform-type group's page is the sum of its members' pages)
+            own = [plan.specs[n].page_size_bytes if n in plan.specs else pages[n] for n in tensor.shared_by]
+            per_block = tensor.block_stride or max(own, default=0)
             if tensor.size < per_block * worker.num_blocks:
                 yield (
                     f"{where}.tensors[{t}].size",

@@ -185,13 +185,13 @@ def allocate(
         device has free (checked before the first buffer, when the allocator can tell); or the
         device runs out of memory (what was already allocated is freed first).
     """
-    if not was_planned(plan):  # a plan from a document or built by hand: the invariants first
+    placements, sizes, backing = placements_for(plan, worker)  # refuses out-of-range values (D17)
+    if not was_planned(plan):  # a plan from a document or built by hand: then its invariants
         check_plan(plan)
     registries = (plugin_manager or default_manager()).registries
     registry = registries.allocators
     device_name = str(device)
     ask = Asker(registries, DecisionLog())
-    placements, sizes, backing = placements_for(plan, worker)
     layouts = resolve_view_layouts(placements, registry, layout, ask)
     chosen = choose_allocator(registry, device_name, allocator, ask)
     request = AllocationRequest(plan, worker, device_name, sizes, backing, placements, layouts)
