@@ -14,6 +14,7 @@ of ``qwen3_next.py`` (projections column-parallel by heads, ``out_proj`` row-par
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kvrules.fit.build import (
     Attention,
@@ -28,6 +29,7 @@ from kvrules.fit.build import (
 )
 from kvrules.fit.dense import qwen_moe
 from kvrules.fit.weights import Role, Segment, Split
+from kvrules.hf.config import HFConfig
 
 
 def mamba1_mixer(
@@ -58,6 +60,18 @@ def mamba1_mixer(
         b.norm(f"{m}.dt_layernorm", dt_rank, i, component="mamba")
         b.norm(f"{m}.b_layernorm", state, i, component="mamba")
         b.norm(f"{m}.c_layernorm", state, i, component="mamba")
+
+
+def _mamba2_fields(c: HFConfig) -> dict[str, Any]:
+    """The ``mamba_*`` fields Granite-4.0-H and Falcon-H1 configs both give a Mamba 2 mixer."""
+    return {
+        "head": c.integer("mamba_d_head"),
+        "groups": c.integer("mamba_n_groups", 1),
+        "state": c.integer("mamba_d_state"),
+        "conv": c.integer("mamba_d_conv", 4),
+        "bias": c.flag("mamba_proj_bias", False),
+        "conv_bias": c.flag("mamba_conv_bias", True),
+    }
 
 
 def mamba2_mixer(
@@ -302,12 +316,7 @@ def build_granite_hybrid(b: Builder) -> tuple[int, int, int, bool]:
                 i,
                 hidden=hidden,
                 heads=heads_m,
-                head=c.integer("mamba_d_head"),
-                groups=c.integer("mamba_n_groups", 1),
-                state=c.integer("mamba_d_state"),
-                conv=c.integer("mamba_d_conv", 4),
-                bias=c.flag("mamba_proj_bias", False),
-                conv_bias=c.flag("mamba_conv_bias", True),
+                **_mamba2_fields(c),
             )
         else:
             attention(b, f"{p}.self_attn", i, att)
@@ -355,12 +364,7 @@ def build_falcon_h1(b: Builder) -> tuple[int, int, int, bool]:
             i,
             hidden=hidden,
             heads=m_heads,
-            head=c.integer("mamba_d_head"),
-            groups=c.integer("mamba_n_groups", 1),
-            state=c.integer("mamba_d_state"),
-            conv=c.integer("mamba_d_conv", 4),
-            bias=c.flag("mamba_proj_bias", False),
-            conv_bias=c.flag("mamba_conv_bias", True),
+            **_mamba2_fields(c),
             norm=c.flag("mamba_rms_norm", False),
             inner=d_ssm,
         )
