@@ -15,6 +15,7 @@ from kvrules.cli import flags
 from kvrules.errors import ConfigError, ModelFileError
 from kvrules.hf.backends import AUTO, BACKENDS
 from kvrules.hf.build import MTP, HFModelFile, model_from_hf
+from kvrules.hf.config import READERS
 from kvrules.hf.examples import load_hf_example
 from kvrules.hf.options import KV_CACHE_DTYPES, MAMBA_DTYPES, HFOptions
 from kvrules.model import ModelFile
@@ -100,6 +101,12 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"kernel block sizes come from it: {AUTO}, {', '.join(BACKENDS)}",
     )
     g.add_argument("--dtype", dest="model_dtype", metavar="DTYPE", help="model dtype (default: the config's)")
+    g.add_argument(
+        "--hf-reader",
+        choices=READERS,
+        help="how config.json is read: auto (default: the built-in reader for every model type it "
+        "knows, transformers for the others), builtin, or transformers (its config classes; kvrules[hf])",
+    )
 
 
 def option_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,9 +124,15 @@ def option_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _flags_given(args: argparse.Namespace) -> list[str]:
     names = [f"--{dest.replace('_', '-')}" for dest in OPTION_FLAGS if getattr(args, dest, None) is not None]
-    if getattr(args, "draft", None) is not None:
-        names.append("--draft")
+    for dest in ("draft", "hf_reader"):
+        if getattr(args, dest, None) is not None:
+            names.append(f"--{dest.replace('_', '-')}")
     return names
+
+
+def reader_from(args: argparse.Namespace) -> str:
+    """``--hf-reader`` (``auto`` when not given)."""
+    return str(getattr(args, "hf_reader", None) or "auto")
 
 
 def hf_model_from_args(
@@ -138,7 +151,12 @@ def hf_model_from_args(
         options = HFOptions.from_dict(option_overrides(args))
         draft = getattr(args, "draft", None)
         model = model_from_hf(
-            hf_config, draft if draft != MTP else MTP, options, strategies=strategies, plugin_manager=pm
+            hf_config,
+            draft if draft != MTP else MTP,
+            options,
+            strategies=strategies,
+            plugin_manager=pm,
+            reader=reader_from(args),
         )
         return model, str(hf_config)
     if example and example.startswith("hf-"):
@@ -146,7 +164,7 @@ def hf_model_from_args(
         if getattr(args, "draft", None) is not None:
             raise ConfigError(f"example {example!r} brings its own draft; use --hf-config to choose another")
         return load_hf_example(
-            example, overrides, strategies=strategies, plugin_manager=pm
+            example, overrides, strategies=strategies, plugin_manager=pm, reader=reader_from(args)
         ), f"example {example!r}"
     given = _flags_given(args)
     if given:

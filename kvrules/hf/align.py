@@ -10,6 +10,10 @@ An aligner reads the situation from :class:`AlignContext` and the helpers below
 (:func:`attention_page_per_token`, :func:`mamba_page`, :func:`hybrid_block_size`).
 :func:`vllm_hybrid_alignment` and :func:`apply_hybrid_alignment` are vLLM's whole choice, as the
 built-in ``hybrid-align`` makes it and other aligners compare against it.
+
+The specs come back as :class:`~kvrules.pipeline.aligned.AlignedSpecs`, which remember the set
+that aligned them: planning them with a set whose aligners may choose otherwise warns
+(:class:`~kvrules.pipeline.aligned.AlignmentWarning`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from math import lcm
 
 from kvrules.errors import ConfigError
+from kvrules.pipeline.aligned import AlignedSpecs, Alignment
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import AlignContext
 from kvrules.plugin.presets import StrategySet
@@ -173,16 +178,21 @@ def apply_hybrid_alignment(
 
 def align_specs(
     specs: Mapping[str, KVCacheSpec], ctx: AlignContext, strategies: StrategySet, ask: Asker | None = None
-) -> dict[str, KVCacheSpec]:
-    """Run the active aligners on ``specs``: the first that applies acts (see the module docstring)."""
+) -> AlignedSpecs:
+    """Run the active aligners on ``specs``: the first that applies acts (see the module docstring).
+
+    :returns: the specs, as :class:`~kvrules.pipeline.aligned.AlignedSpecs` recording the set and
+        what its aligners answered (the planner warns when another set plans them).
+    """
     ask = ask or Asker(ctx.registries, ctx.decisions)
     rules = strategies.rules("align")
     if not rules:
         ask.record(STAGE, "align", "declined", "No aligner is active in this strategy set.")
-        return dict(specs)
+        return AlignedSpecs(specs, Alignment(strategies.name, (), None))
     rule, check, _ = ask.first(rules, STAGE, (ask.frozen(specs), ctx))
     if rule is None:
-        return dict(specs)
+        return AlignedSpecs(specs, Alignment(strategies.name, tuple(r.name for r in rules), None))
+    asked = tuple(r.name for r in rules[: rules.index(rule) + 1])
     ask.record(STAGE, rule.name, "applied", check.reason)
     new = ask.align(rule, specs, ctx)
     for name, spec in new.items():
@@ -201,7 +211,7 @@ def align_specs(
         )
     for later in rules[rules.index(rule) + 1 :]:
         ask.record(STAGE, later.name, "declined", f"{rule.name} already aligned the specs.")
-    return new
+    return AlignedSpecs(new, Alignment(strategies.name, asked, rule.name))
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from kvrules.errors import ModelFileError
 from kvrules.hf.align import AlignContext, align_specs
 from kvrules.hf.architecture import Architecture
 from kvrules.hf.backends import AUTO, BACKENDS
-from kvrules.hf.config import MAX_HF_LAYERS, HFConfig
+from kvrules.hf.config import MAX_HF_LAYERS, HFConfig, check_reader
 from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
 from kvrules.hf.select import (
     MTP_KEYS,
@@ -40,6 +40,7 @@ from kvrules.hf.select import (
 from kvrules.hf.settings import BuildSettings, resolve_settings
 from kvrules.model import ModelFile
 from kvrules.pipeline import grouping_with
+from kvrules.pipeline.aligned import AlignedSpecs
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySet, StrategySpec, resolve_strategies
@@ -55,13 +56,14 @@ MTP = "mtp"
 ConfigInput = str | Path | Mapping[str, Any] | HFConfig
 
 
-def as_config(value: ConfigInput, role: str = "target") -> HFConfig:
-    """An :class:`HFConfig` from a path (file or directory), a decoded dict, or an ``HFConfig``."""
+def as_config(value: ConfigInput, role: str = "target", *, reader: str = "auto") -> HFConfig:
+    """An :class:`HFConfig` from a path (file or directory) or a decoded dict, read by ``reader``
+    (:data:`~kvrules.hf.config.READERS`); an ``HFConfig`` as it is (its own reader stands)."""
     if isinstance(value, HFConfig):
         return value
     if isinstance(value, Mapping):
-        return HFConfig(dict(value), f"<{role} config>")
-    return HFConfig.load(value)
+        return HFConfig(dict(value), f"<{role} config>", reader=reader)
+    return HFConfig.load(value, reader=reader)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class BuiltModel:
 class HFModel:
     """Specs built from a Hugging Face config, with the decisions that built them.
 
-    :ivar specs: every layer's spec (target, then draft), after alignment.
+    :ivar specs: every layer's spec (target, then draft), after alignment (as
+        :class:`~kvrules.pipeline.aligned.AlignedSpecs`: :attr:`strategy_set` aligned them).
     :ivar decisions: the ``arch`` and ``align`` decisions, in order.
     :ivar target: the target model as built.
     :ivar draft: the draft model (``None`` without one); for MTP its config is the target's.
@@ -130,11 +133,18 @@ class HFModel:
             "engine": dict(self.engine),
         }
 
+    @property
+    def strategy_set(self) -> str | None:
+        """The strategy set whose aligners chose the block sizes (``None``: specs made otherwise)."""
+        return self.specs.alignment.strategy_set if isinstance(self.specs, AlignedSpecs) else None
+
     def to_model_file(self, available_memory: list[int] | None = None) -> HFModelFile:
-        """A :class:`~kvrules.model.ModelFile` the planner and CLI can plan."""
+        """A :class:`~kvrules.model.ModelFile` the planner and CLI can plan (its specs keep the
+        alignment record, so planning them with another set warns)."""
+        specs = self.specs
         return HFModelFile(
             source=self.target.config.source,
-            specs=dict(self.specs),
+            specs=AlignedSpecs(specs, specs.alignment) if isinstance(specs, AlignedSpecs) else dict(specs),
             workers=None,
             engine=dict(self.engine),
             available_memory=available_memory,
@@ -148,6 +158,14 @@ class HFModelFile(ModelFile):
     """A model file built from a Hugging Face config; ``hf`` keeps how (decisions included)."""
 
     hf: HFModel | None = field(default=None)
+
+    def worker_specs(self) -> list[dict[str, KVCacheSpec]]:
+        """As :meth:`ModelFile.worker_specs`; each worker's specs keep the alignment record."""
+        workers = super().worker_specs()
+        if not isinstance(self.specs, AlignedSpecs):
+            return workers
+        alignment = self.specs.alignment
+        return [w if isinstance(w, AlignedSpecs) else AlignedSpecs(w, alignment) for w in workers]
 
 
 def _engine_kv_dtype(config: HFConfig, arch: Architecture, ask: Asker, option: str) -> tuple[str, str]:
@@ -340,9 +358,9 @@ def _add_mtp_draft(build: _Build) -> None:
     build.draft_kind = MTP
 
 
-def _add_model_draft(build: _Build, draft: ConfigInput) -> None:
+def _add_model_draft(build: _Build, draft: ConfigInput, reader: str) -> None:
     ask, settings = build.ask, build.settings
-    dcfg, darch, dcheck = _selected(as_config(draft, "draft"), ask, "draft")
+    dcfg, darch, dcheck = _selected(as_config(draft, "draft", reader=reader), ask, "draft")
     dmla = bool(ask.call("architecture", darch, "uses_mla", dcfg))
     d_settings = _settings(
         dcfg, darch, _draft_options(build.options, dmla), ask, kv=build.options.draft_kv_cache_dtype
@@ -394,6 +412,7 @@ def build_hf_model(
     *,
     strategies: StrategySpec = None,
     plugin_manager: KVRulesPluginManager | None = None,
+    reader: str = "auto",
 ) -> HFModel:
     """Build every layer's spec from ``config`` (and ``draft``), then align block sizes.
 
@@ -403,18 +422,23 @@ def build_hf_model(
     :param strategies: the strategy set whose ``align`` rules run (as :class:`kvrules.Planner` takes it).
     :param plugin_manager: where architectures and aligners come from
         (:func:`kvrules.plugin.default_manager` when omitted).
+    :param reader: how a config given as a path or a dict is read (:data:`~kvrules.hf.config.READERS`:
+        ``auto``, the built-in reader for every model type it knows, else transformers;
+        ``builtin``; ``transformers``); an :class:`HFConfig` keeps its own.
     :raises ModelFileError: unreadable config, missing/invalid field, unknown architecture.
-    :raises ConfigError: an option that does not fit the model.
+    :raises ConfigError: an option that does not fit the model, or an unknown ``reader``.
     """
+    check_reader(reader)
     options = options or HFOptions()
     registries = (plugin_manager or default_manager()).registries
     strategy_set = resolve_strategies(strategies, registries.rules)
-    build = _build_target(as_config(config, "target"), options, Asker(registries, DecisionLog()))
+    target = as_config(config, "target", reader=reader)
+    build = _build_target(target, options, Asker(registries, DecisionLog()))
     mtp = isinstance(draft, str) and draft == MTP
     if mtp:
         _add_mtp_draft(build)
     elif draft is not None:
-        _add_model_draft(build, draft)
+        _add_model_draft(build, draft, reader)
     check_no_silent_drop(build.config, build.arch, role="target", mtp=mtp)
     aligned = _align(build, strategy_set)
     return HFModel(
@@ -435,9 +459,12 @@ def specs_from_hf(
     *,
     strategies: StrategySpec = None,
     plugin_manager: KVRulesPluginManager | None = None,
+    reader: str = "auto",
 ) -> tuple[dict[str, KVCacheSpec], tuple[Decision, ...]]:
     """Per-layer specs and the ``arch``/``align`` decisions (see :func:`build_hf_model`)."""
-    model = build_hf_model(config, draft, options, strategies=strategies, plugin_manager=plugin_manager)
+    model = build_hf_model(
+        config, draft, options, strategies=strategies, plugin_manager=plugin_manager, reader=reader
+    )
     return model.specs, model.decisions
 
 
@@ -449,7 +476,10 @@ def model_from_hf(
     available_memory: list[int] | None = None,
     strategies: StrategySpec = None,
     plugin_manager: KVRulesPluginManager | None = None,
+    reader: str = "auto",
 ) -> HFModelFile:
     """A model file ready to plan (see :func:`build_hf_model`)."""
-    model = build_hf_model(config, draft, options, strategies=strategies, plugin_manager=plugin_manager)
+    model = build_hf_model(
+        config, draft, options, strategies=strategies, plugin_manager=plugin_manager, reader=reader
+    )
     return model.to_model_file(available_memory)

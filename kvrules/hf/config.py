@@ -7,11 +7,14 @@ the field as it is spelled in the file (``text_config.num_key_value_heads``).
 
 Values resolve through one of two **readers** (:attr:`HFConfig.reading`), chosen on first use:
 
-* ``transformers`` (when it is installed, :mod:`kvrules.hf.transformers_config`): the file is
+* ``built-in``: the class defaults of :mod:`kvrules.hf.defaults` (transformers' own, for every
+  model type of :data:`~kvrules.hf.defaults.CLASS_DEFAULTS`; ``tests/hf/test_hf_readers.py``
+  holds both readers to the same specs). ``reader="auto"`` (the default) takes it for every
+  model type it knows, so the front door never waits for transformers' import (seconds, cold);
+* ``transformers`` (:mod:`kvrules.hf.transformers_config`, imported only then): the file is
   built into transformers' own config class offline, so class defaults, renamed keys and the
-  text sub-config resolve as vLLM sees them;
-* ``built-in`` (without transformers, for model types it cannot read offline, or when asked):
-  the class defaults of :mod:`kvrules.hf.defaults`.
+  text sub-config resolve as vLLM sees them. ``auto`` takes it for the model types the built-in
+  reader does not know, when transformers is installed; ``reader="transformers"`` always.
 
 The raw-file limits (:meth:`HFConfig.check_layer_counts`) run on the file itself before either
 reader sees it. :meth:`HFConfig.origin` says where a value came from (the file, a class default,
@@ -33,6 +36,7 @@ from kvrules.hf.defaults import (
     BOOL_FIELDS,
     CACHE_FIELDS,
     CLASS_DEFAULTS,
+    DEFAULTS_VERSION,
     LIST_FIELDS,
     NUMBER_FIELDS,
     REMOTE_CODE_MODEL_TYPES,
@@ -131,10 +135,23 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], str]:
     return data, str(p)
 
 
-#: ``reader=`` values: ``auto`` (transformers when installed, else built-in), or one of them
+#: ``reader=`` values: ``auto`` (the built-in reader for the model types it knows, else
+#: transformers when installed, else the built-in reader), or one of the two
 READERS = ("auto", "transformers", "builtin")
 TRANSFORMERS = "transformers"
 BUILTIN = "built-in"
+
+
+def check_reader(reader: object) -> None:
+    """Refuse a ``reader`` that is not one of :data:`READERS`.
+
+    :raises ConfigError: naming the value and the readers.
+    """
+    if not isinstance(reader, str) or reader not in READERS:
+        raise ConfigError(
+            f"reader={shown(reader)} is not a Hugging Face config reader; use one of {', '.join(READERS)}"
+        )
+
 
 #: what :meth:`HFConfig.origin` answers
 FILE = "file"
@@ -181,8 +198,9 @@ class HFConfig:
 
     :param data: the decoded JSON object.
     :param source: where it came from (a path), used in every error message.
-    :param reader: ``auto`` (transformers when installed), ``transformers`` or ``builtin``
-        (:data:`READERS`); the reading happens on the first value asked for.
+    :param reader: ``auto`` (the built-in reader for a model type it knows, else transformers
+        when installed), ``transformers`` or ``builtin`` (:data:`READERS`); the reading happens
+        on the first value asked for.
     :raises ConfigError: an unknown ``reader``.
 
     :ivar reads: ``None``, or on a tracked copy (:func:`kvrules.hf.select.tracked`) the set of
@@ -200,10 +218,7 @@ class HFConfig:
                 setattr(cls, name, recorded(method))
 
     def __init__(self, data: Mapping[str, Any], source: str, *, reader: str = "auto") -> None:
-        if reader not in READERS:
-            raise ConfigError(
-                f"reader={shown(reader)} is not a Hugging Face config reader; use one of {', '.join(READERS)}"
-            )
+        check_reader(reader)
         self.data = data
         self.source = source
         self.reader = reader
@@ -270,6 +285,8 @@ class HFConfig:
         seen = frozenset(self._text_level())
         if self.reader == "builtin":
             return self._builtin(seen, "the built-in reader was asked for")
+        if self.reader == "auto" and self.builtin_knows:
+            return self._builtin(seen, self._known_reason())
         if not tf.transformers_installed():
             if self.reader == TRANSFORMERS:
                 raise ConfigError("reader='transformers' needs transformers; install kvrules[hf]")
@@ -282,6 +299,20 @@ class HFConfig:
         entry = CLASS_DEFAULTS.get(text_model_type(self.model_type, self.text))
         aliases = {**(entry.renames if entry else {}), **found.aliases}  # the class's older spellings too
         return Reading(TRANSFORMERS, found.values, seen, found.class_name, why, aliases)
+
+    @property
+    def builtin_knows(self) -> bool:
+        """True when the built-in reader has the class defaults of this config's (text) model
+        type (:data:`~kvrules.hf.defaults.CLASS_DEFAULTS`): ``reader="auto"`` then reads it
+        without transformers."""
+        return text_model_type(self.model_type, self.text) in CLASS_DEFAULTS
+
+    def _known_reason(self) -> str:
+        known = text_model_type(self.model_type, self.text)
+        return (
+            f"model type {known!r} is in its table of transformers {DEFAULTS_VERSION}'s class defaults "
+            "(reader='transformers' reads it through transformers)"
+        )
 
     def _no_class_reason(self) -> str:
         if not self.model_type:

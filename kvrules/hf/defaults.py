@@ -20,6 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: the transformers release whose config classes :data:`CLASS_DEFAULTS` mirrors
+DEFAULTS_VERSION = "5.20"
+
 #: the fields whose value changes a layer's cache spec or the layer list: what the architectures
 #: ask :class:`~kvrules.hf.config.HFConfig` for, and what both readers must agree on
 CACHE_FIELDS: tuple[str, ...] = (
@@ -312,15 +315,18 @@ ZAMBA2_DEFAULT_BLOCKS = (
 
 def zamba2_layers(values: Values) -> None:
     """Zamba2: the shared attention's head is ``2 * hidden_size / num_attention_heads`` wide, the
-    Mamba head ``mamba_expand * hidden_size / n_mamba_heads``; ``layers_block_type`` defaults to
-    Zamba2-2.7B's 54 layers and names the hybrid layers; ``use_long_context`` means 16,384 positions."""
+    Mamba head ``mamba_expand * hidden_size / n_mamba_heads`` (both unless the file gives them, a
+    null included: the class sets an undeclared key the file gives after its own derivation); ``layers_block_type``
+    defaults to Zamba2-2.7B's 54 layers and names the hybrid layers; ``use_long_context`` means
+    16,384 positions."""
     hidden, heads, mheads = (
         _count(values, k) for k in ("hidden_size", "num_attention_heads", "n_mamba_heads")
     )
     expand = values.get("mamba_expand")
-    if hidden is not None and heads:
+    if hidden is not None and heads and not {"attention_head_dim", "head_dim"} & set(values):
         values["attention_head_dim"] = 2 * hidden // heads
-    if hidden is not None and mheads and isinstance(expand, (int, float)) and not isinstance(expand, bool):
+    numeric = isinstance(expand, (int, float)) and not isinstance(expand, bool)
+    if hidden is not None and mheads and numeric and "mamba_headdim" not in values:
         values["mamba_headdim"] = int(expand * hidden) // mheads
     if values.get("use_long_context") is True:
         values["max_position_embeddings"] = 16384
@@ -782,6 +788,11 @@ CLASS_DEFAULTS["kimi_k2"] = CLASS_DEFAULTS["deepseek_v3"]  # Kimi K2 ships DeepS
 CLASS_DEFAULTS["internlm3"] = _defaults("InternLM3Config", {}, *_LLAMA)
 
 
+#: what every transformers config class inherits (``PretrainedConfig``) among the fields the
+#: architectures read besides the cache fields
+BASE_DEFAULTS: Mapping[str, Any] = {"is_encoder_decoder": False}
+
+
 def text_model_type(model_type: str, text: Mapping[str, Any] | None) -> str:
     """The model type whose defaults apply: the sub-config's own ``model_type``, else the wrapper's
     text model type (:data:`TEXT_MODEL_TYPES`), else ``model_type``."""
@@ -821,6 +832,8 @@ def resolve_defaults(model_type: str, given: Mapping[str, Any]) -> tuple[Values,
     entry = CLASS_DEFAULTS.get(model_type)
     if entry is None:
         return values, None
+    for key, default in BASE_DEFAULTS.items():
+        values.setdefault(key, default)
     apply_aliases(values, {a: n for a, n in entry.spellings().items() if a in given and n not in given})
     for old in entry.renames:
         values.pop(old, None)
@@ -837,6 +850,7 @@ def resolve_defaults(model_type: str, given: Mapping[str, Any]) -> tuple[Values,
 __all__ = [
     "CACHE_FIELDS",
     "CLASS_DEFAULTS",
+    "DEFAULTS_VERSION",
     "REMOTE_CODE_MODEL_TYPES",
     "TEXT_CONFIG_KEYS",
     "TEXT_MODEL_TYPES",

@@ -67,8 +67,11 @@ class HFExample:
         return str(_root() / self.name[len(PREFIX) :])
 
 
-def load_hf_example_info(name: str, overrides: Mapping[str, Any] | None = None) -> HFExample:
-    """The example ``name`` with ``overrides`` applied to its options.
+def load_hf_example_info(
+    name: str, overrides: Mapping[str, Any] | None = None, *, reader: str = "auto"
+) -> HFExample:
+    """The example ``name`` with ``overrides`` applied to its options, its configs read by
+    ``reader`` (:data:`~kvrules.hf.config.READERS`).
 
     :raises ModelFileError: an unknown name (listing the available ones).
     """
@@ -78,13 +81,13 @@ def load_hf_example_info(name: str, overrides: Mapping[str, Any] | None = None) 
         )
     folder = _root() / name[len(PREFIX) :]
     spec = _read(folder, "example.json", "example settings")
-    config = HFConfig(_read(folder, "config.json", "config"), str(folder / "config.json"))
+    config = HFConfig(_read(folder, "config.json", "config"), str(folder / "config.json"), reader=reader)
     draft_name = spec.get("draft")
     draft: HFConfig | str | None = None
     if draft_name == MTP:
         draft = MTP
     elif isinstance(draft_name, str):
-        draft = HFConfig(_read(folder, draft_name, "draft config"), str(folder / draft_name))
+        draft = HFConfig(_read(folder, draft_name, "draft config"), str(folder / draft_name), reader=reader)
     values = dict(spec.get("options", {}))
     values.update(overrides or {})
     memory = spec.get("available_memory")
@@ -105,9 +108,11 @@ def load_hf_example(
     *,
     strategies: StrategySpec = None,
     plugin_manager: KVRulesPluginManager | None = None,
+    reader: str = "auto",
 ) -> HFModelFile:
-    """Build the example ``name`` into a model file (its memory and engine settings included)."""
-    example = load_hf_example_info(name, overrides)
+    """Build the example ``name`` into a model file (its memory and engine settings included;
+    ``reader`` as :func:`load_hf_example_info` takes it)."""
+    example = load_hf_example_info(name, overrides, reader=reader)
     model = build_hf_model(
         example.config, example.draft, example.options, strategies=strategies, plugin_manager=plugin_manager
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from kvrules import logs
 from kvrules.config import EngineConfig
 from kvrules.errors import SpecError, UnificationError
+from kvrules.pipeline.aligned import check_alignment
 from kvrules.pipeline.capacity import capacity_tokens, fit_length, max_concurrency, with_length
 from kvrules.pipeline.convert import convert
 from kvrules.pipeline.group import group, partition
@@ -154,6 +155,7 @@ class Planner:
         workers = as_workers(specs)
         memories = as_memories(available_memory, len(workers))
         ctx, ask = self.context(config, workers, memories)
+        check_alignment(workers, self.strategies, ask)  # front-door specs aligned for another set
         merged = merge(workers, config, ask)
         converted = convert(merged, ctx, ask)
         grouping = self.group(converted, ctx, ask)

@@ -190,10 +190,14 @@ def test_transformers_refusal_is_exit_2_naming_file_and_field(
 ) -> None:
     pytest.importorskip("transformers", exc_type=ImportError)
     path = write(tmp_path, {**GOOD, "layer_types": ["full_attention"] * 7 + ["mystery"]})
-    code, err = cli(capsys, "--hf-config", str(path))
+    code, err = cli(capsys, "--hf-config", str(path), "--hf-reader", "transformers")
     assert code == 2
     assert err.startswith(f"kvrules: error: {path}: field 'layer_types' (entry 7 is 'mystery')")
     assert "Traceback" not in err
+    # the built-in reader (auto's choice for this model type) leaves the refusal to the architecture
+    code, err = cli(capsys, "--hf-config", str(path))
+    assert code == 2
+    assert err.startswith(f"kvrules: error: {path}: field 'layer_types' entry 7 is 'mystery'")
 
 
 def test_huge_layer_count_is_refused_before_any_reader(

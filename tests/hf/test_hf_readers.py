@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from kvrules import ConfigError, ModelFileError
-from kvrules.hf import defaults
+from kvrules.hf import build_hf_model, defaults
 from kvrules.hf import transformers_config as tf
 from kvrules.hf.config import (
     BUILTIN,
@@ -91,6 +91,42 @@ def test_readers_agree_on_every_shipped_config(transformers: Any, path: Path) ->
     assert _disagreements(data) == {}
 
 
+def _both_know(data: dict[str, Any]) -> bool:
+    """The built-in table has the config's (text) model type and transformers a class for it."""
+    config = HFConfig(data, "<x>")
+    return config.builtin_knows and tf.transformers_class(config.model_type) is not None
+
+
+def _built(data: dict[str, Any], reader: str) -> tuple[Any, list[str]]:
+    """The specs ``build_hf_model`` makes of ``data`` read by ``reader`` (or the error it raises),
+    and every decision's sentence with the reader's own description cut out."""
+    config = HFConfig(data, "<config>", reader=reader)
+    try:
+        model = build_hf_model(config)
+    except ModelFileError as exc:
+        return str(exc), []
+    said = config.reading.describe()
+    assert said in " ".join(d.reason for d in model.decisions)  # the plan still names the reader
+    return model.specs, [d.reason.replace(said, "<reader>") for d in model.decisions]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_readers_build_the_same_specs_from_every_shipped_config(transformers: Any, path: Path) -> None:
+    """Same specs and the same decisions, but for the reader's name, from either reader (what lets
+    ``reader="auto"`` take the built-in reader for every model type it knows)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not _both_know(data):
+        pytest.skip(f"model type {data.get('model_type')!r} is read by one reader only")
+    builtin, transformers_built = _built(data, "builtin"), _built(data, "transformers")
+    assert builtin[0] == transformers_built[0]
+    assert builtin[1] == transformers_built[1]
+
+
+def test_most_shipped_configs_are_read_by_both() -> None:
+    both = [p for p in SHIPPED if _both_know(json.loads(p.read_text(encoding="utf-8")))]
+    assert len(both) >= 50, "the spec agreement above must cover most of the corpus"
+
+
 #: model types whose class the defaults table mirrors and transformers can build offline
 TABLE_TYPES = sorted(t for t in defaults.CLASS_DEFAULTS if t not in defaults.REMOTE_CODE_MODEL_TYPES)
 
@@ -116,6 +152,15 @@ def test_defaults_table_matches_transformers_classes(
         _fields(HFConfig(data, "<builtin>", reader="builtin"))  # the built-in reader still answers
         return
     assert _disagreements(data) == {}
+
+
+def test_a_key_the_class_does_not_declare_wins_in_both_readers(transformers: Any) -> None:
+    # Zamba2Config derives mamba_headdim and attention_head_dim, then sets the file's own value
+    # of such an undeclared key over it (so the zamba2 architecture can refuse a mismatch)
+    data = {"model_type": "zamba2", "hidden_size": 2560, "n_mamba_heads": 80, "mamba_headdim": 32}
+    for extra in ({}, {"attention_head_dim": 100}, {"head_dim": 100}, {"mamba_headdim": None}):
+        assert _disagreements({**data, **extra}) == {}
+    assert HFConfig(data, "z.json", reader="builtin").origin("mamba_headdim") == FILE
 
 
 @pytest.mark.parametrize("wrapper", sorted(defaults.TEXT_MODEL_TYPES))
@@ -224,21 +269,58 @@ def test_unknown_model_type_reads_the_file_only(reader: str) -> None:
 
 
 # -- which reader, and why --------------------------------------------------------------------
-def test_auto_uses_transformers_when_installed(transformers: Any) -> None:
-    config = HFConfig({"model_type": "llama"}, "l.json")
+def test_auto_reads_every_type_the_builtin_reader_knows_without_transformers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("auto asked transformers about a model type the built-in reader knows")
+
+    monkeypatch.setattr(tf, "transformers_installed", never)
+    monkeypatch.setattr(tf, "read_with_transformers", never)
+    for model_type in sorted(defaults.CLASS_DEFAULTS):
+        config = HFConfig({"model_type": model_type}, "x.json")
+        assert config.builtin_knows
+        assert config.reading.reader == BUILTIN
+        assert config.reading.class_name == defaults.CLASS_DEFAULTS[model_type].class_name
+    wrapper = HFConfig({"model_type": "gemma3", "text_config": {"hidden_size": 2560}}, "g.json")
+    assert wrapper.get("head_dim") == 256
+    note = wrapper.reading_note()
+    assert note.startswith("read by the built-in reader (Gemma3TextConfig): model type 'gemma3_text' is in")
+    assert f"transformers {defaults.DEFAULTS_VERSION}'s class defaults" in note
+
+
+def test_auto_reads_other_types_with_transformers(transformers: Any) -> None:
+    config = HFConfig({"model_type": "starcoder2"}, "s.json")
+    assert not config.builtin_knows
     assert config.reading.reader == TRANSFORMERS
-    assert config.reading.class_name == "LlamaConfig"
+    assert config.reading.class_name == "Starcoder2Config"
     assert f"transformers {transformers.__version__}" in config.reading_note()
+    asked = HFConfig({"model_type": "llama"}, "l.json", reader="transformers")
+    assert (asked.reading.reader, asked.reading.class_name) == (TRANSFORMERS, "LlamaConfig")
 
 
-def test_without_transformers_the_builtin_reader_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_without_transformers_reads_every_type_builtin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tf, "transformers_installed", lambda: False)
-    config = HFConfig({"model_type": "gemma3_text"}, "g.json")
-    assert config.get("head_dim") == 256
+    config = HFConfig({"model_type": "starcoder2", "head_dim": 64}, "s.json")
+    assert config.get("head_dim") == 64
     assert config.reading.reader == BUILTIN
     assert "transformers is not installed" in config.reading_note()
     with pytest.raises(ConfigError, match="needs transformers"):
         _ = HFConfig({"model_type": "llama"}, "l.json", reader="transformers").reading
+
+
+def test_auto_does_not_import_transformers_for_known_types() -> None:
+    code = (
+        "import sys\n"
+        "from kvrules.hf import model_from_hf\n"
+        f"model = model_from_hf({str(ROOT / 'tests' / 'data' / 'hf' / 'Qwen__Qwen3-Next-80B-A3B-Instruct')!r})\n"
+        "assert model.hf.target.config.reading.reader == 'built-in', model.hf.target.config.reading\n"
+        "assert 'transformers' not in sys.modules, 'transformers imported'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_unknown_reader_is_refused() -> None:
@@ -255,7 +337,7 @@ def test_remote_code_types_go_to_the_builtin_reader(
 
     monkeypatch.setattr(tf, "read_with_transformers", never)
     assert tf.transformers_class(model_type) is None
-    config = HFConfig({"model_type": model_type, "num_hidden_layers": 3}, "r.json")
+    config = HFConfig({"model_type": model_type, "num_hidden_layers": 3}, "r.json", reader="transformers")
     assert config.get("num_hidden_layers") == 3
     assert config.reading.reader == BUILTIN
     assert "remote code" in config.reading.why
@@ -366,7 +448,7 @@ def test_any_transformers_exception_becomes_a_model_file_error(
     with pytest.raises(
         ModelFileError, match=r"^x.json: transformers' BrokenConfig cannot read the config: something"
     ):
-        HFConfig({"model_type": "llama"}, "x.json").get("head_dim")
+        HFConfig({"model_type": "llama"}, "x.json", reader="transformers").get("head_dim")
 
 
 # -- offline, lazy -------------------------------------------------------------------------------
