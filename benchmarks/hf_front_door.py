@@ -1,22 +1,34 @@
 """How fast the model front door answers: config.json (+ draft) -> specs -> plan.
 
-Prints, per built-in Hugging Face example, the time to build the specs (stages ``arch`` and
-``align``) and to plan them, warm (median of ``--repeat`` runs); then the wall time of the whole
-command line, ``kvrules plan --example hf-qwen3-coder-next`` (Python start and imports included),
-and of a 40-combination ``kvrules sweep``. Goal: the #43626 pair answered in under a second on
-the command line, and every example built and planned in well under 100 ms warm.
-Run: ``.venv/bin/python benchmarks/hf_front_door.py``.
+1. **Cold, side by side** (issue 26 item 2): for each of a few stored Hugging Face configs, the
+   wall time of ``kvrules plan --hf-config X`` in a fresh process (Python start and imports
+   included) against ``kvrules plan FILE`` of a model file holding the same layers, written
+   first from the same build (``HFModel.to_dict()``, the form ``to_model_file`` plans); the two
+   commands alternate, ``--runs`` times each, and the medians and their ratio are printed.
+   Target: ratio <= 1.5 with transformers installed (``reader="auto"`` reads every model type
+   of the built-in table without importing it). Two reference rows: the same config read with
+   ``--hf-reader transformers`` (what ``auto`` did before), and a model type the built-in
+   reader does not know (``starcoder2``: transformers is needed, so its import is paid).
+2. **Warm**: per built-in Hugging Face example, the time to build the specs (stages ``arch`` and
+   ``align``) and to plan them (median of ``--repeat`` runs), and the whole command line for the
+   #43626 pair and a 40-combination ``kvrules sweep``.
+
+Run: ``.venv/bin/python benchmarks/hf_front_door.py`` (``--cold-only`` / ``--warm-only``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import logging
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -25,6 +37,97 @@ from kvrules import EngineConfig, Planner
 from kvrules.hf import build_hf_model
 from kvrules.hf.examples import hf_example_names, load_hf_example_info
 from kvrules.report.tables import table
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "data" / "hf"
+TARGET = 1.5
+MEMORY = "40GiB"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cold comparison: a stored config (and draft), the reader flag, and whether it counts
+    towards the target."""
+
+    label: str
+    config: str
+    draft: str | None = None
+    reader: str | None = None
+    counted: bool = True
+
+
+CASES = (
+    Case("Qwen3-Next-80B-A3B (hybrid)", "Qwen__Qwen3-Next-80B-A3B-Instruct"),
+    Case("Qwen3-Next-80B-A3B + Qwen3-0.6B draft", "Qwen__Qwen3-Next-80B-A3B-Instruct", "Qwen__Qwen3-0.6B"),
+    Case("Falcon-H1-0.5B (hybrid)", "tiiuae__Falcon-H1-0.5B-Instruct"),
+    Case("Llama-3.1-8B (dense)", "meta-llama__Llama-3.1-8B"),
+    Case("gemma-3-27b-it (text_config)", "google__gemma-3-27b-it"),
+    Case("DeepSeek-V3 (MLA)", "deepseek-ai__DeepSeek-V3"),
+    Case(
+        "Qwen3-Next-80B-A3B, --hf-reader transformers",
+        "Qwen__Qwen3-Next-80B-A3B-Instruct",
+        reader="transformers",
+        counted=False,
+    ),
+    Case("starcoder2-15b (not in the built-in table)", "bigcode__starcoder2-15b", counted=False),
+)
+
+
+def command() -> list[str]:
+    """How ``kvrules`` is started: the console script beside this Python, else ``python -m``."""
+    exe = shutil.which("kvrules", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "kvrules.cli.main"]
+
+
+def wall(argv: list[str]) -> float:
+    """Seconds one command takes in a fresh process, start to exit."""
+    t0 = time.perf_counter()
+    subprocess.run([*command(), *argv], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def hf_argv(case: Case) -> list[str]:
+    """``plan --hf-config X [--draft D] [--hf-reader R]``."""
+    argv = ["plan", "--hf-config", str(CORPUS / case.config), "--memory", MEMORY]
+    if case.draft:
+        argv += ["--draft", str(CORPUS / case.draft)]
+    if case.reader:
+        argv += ["--hf-reader", case.reader]
+    return argv
+
+
+def write_model_file(case: Case, folder: Path) -> Path:
+    """The model file holding the layers ``--hf-config`` builds for ``case`` (same specs, same
+    engine settings), written once before the timing."""
+    draft = str(CORPUS / case.draft) if case.draft else None
+    model = build_hf_model(str(CORPUS / case.config), draft)
+    path = folder / f"{case.config}{'+' + case.draft if case.draft else ''}.json"
+    path.write_text(json.dumps(model.to_dict()), encoding="utf-8")
+    return path
+
+
+def cold(runs: int) -> bool:
+    """Print the cold comparison; True when every counted case holds the target."""
+    print(f"cold, fresh processes, median of {runs} alternating runs each (s):")
+    rows = []
+    held = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in CASES:
+            model_file = write_model_file(case, Path(tmp))
+            wall(hf_argv(case))  # the first start of a new file (byte-compiling) counts for neither
+            front, plain = [], []
+            for _ in range(runs):
+                front.append(wall(hf_argv(case)))
+                plain.append(wall(["plan", str(model_file), "--memory", MEMORY]))
+            f, p = statistics.median(front), statistics.median(plain)
+            ratio = f / p
+            verdict = ("met" if ratio <= TARGET else "missed") if case.counted else "reference"
+            held = held and (ratio <= TARGET or not case.counted)
+            rows.append([case.label, f"{f:.2f}", f"{p:.2f}", f"{ratio:.2f}x", verdict])
+    print(table(["config", "--hf-config", "model file", "ratio", f"target <= {TARGET}x"], rows))
+    installed = importlib.util.find_spec("transformers") is not None
+    print(f"  transformers installed: {'yes' if installed else 'no (the target asks for it installed)'}")
+    return held
 
 
 def warm_times(name: str, repeat: int) -> tuple[float, float, int]:
@@ -46,29 +149,17 @@ def warm_times(name: str, repeat: int) -> tuple[float, float, int]:
     return statistics.median(builds), statistics.median(plans), layers
 
 
-def wall(argv: list[str]) -> float:
-    """Seconds one command takes, start to exit."""
-    exe = shutil.which("kvrules", path=str(Path(sys.executable).parent)) or "kvrules"
-    t0 = time.perf_counter()
-    subprocess.run([exe, *argv], check=True, capture_output=True)
-    return time.perf_counter() - t0
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7)
-    args = parser.parse_args()
-    # a benchmark is an application: keep kvrules' info summaries off stdout
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+def warm(repeat: int) -> None:
+    """Print the warm table and the two command-line figures."""
     rows = []
     total = 0.0
     for name in hf_example_names():
-        build, plan, layers = warm_times(name, args.repeat)
+        build, plan, layers = warm_times(name, repeat)
         total += build + plan
         rows.append(
             [name, layers, f"{1000 * build:.1f}", f"{1000 * plan:.1f}", f"{1000 * (build + plan):.1f}"]
         )
-    print("warm, median of", args.repeat, "runs (ms):")
+    print("warm, median of", repeat, "runs (ms):")
     print(table(["example", "layers", "build specs", "plan", "total"], rows))
     print(f"  all {len(rows)} examples: {1000 * total:.1f} ms")
     print()
@@ -81,7 +172,26 @@ def main() -> int:
     print(f"  kvrules plan --example hf-qwen3-coder-next (#43626 pair): {single:.2f} s  (goal < 1 s: "
           f"{'met' if single < 1 else 'missed'})")  # fmt: skip
     print(f"  kvrules sweep, 40 combinations: {sweep:.2f} s ({sweep / 40 * 1000:.0f} ms per combination)")
-    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="warm runs per example")
+    parser.add_argument("--runs", type=int, default=5, help="cold runs per command")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--cold-only", action="store_true")
+    which.add_argument("--warm-only", action="store_true")
+    args = parser.parse_args()
+    # a benchmark is an application: keep kvrules' info summaries off stdout
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    held = True
+    if not args.warm_only:
+        held = cold(args.runs)
+    if not args.cold_only:
+        if not args.warm_only:
+            print()
+        warm(args.repeat)
+    return 0 if held else 1
 
 
 if __name__ == "__main__":

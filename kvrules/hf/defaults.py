@@ -325,9 +325,9 @@ def zamba2_layers(values: Values) -> None:
     expand = values.get("mamba_expand")
     if hidden is not None and heads and not {"attention_head_dim", "head_dim"} & set(values):
         values["attention_head_dim"] = 2 * hidden // heads
-    numeric = isinstance(expand, (int, float)) and not isinstance(expand, bool)
-    if hidden is not None and mheads and numeric and "mamba_headdim" not in values:
-        values["mamba_headdim"] = int(expand * hidden) // mheads
+    if "mamba_headdim" not in values and hidden is not None and mheads:
+        if isinstance(expand, (int, float)) and not isinstance(expand, bool):
+            values["mamba_headdim"] = int(expand * hidden) // mheads
     if values.get("use_long_context") is True:
         values["max_position_embeddings"] = 16384
     if not values.get("intermediate_size") and hidden is not None:

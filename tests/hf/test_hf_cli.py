@@ -150,3 +150,64 @@ def test_strategies_lists_the_architectures(capsys: pytest.CaptureFixture[str]) 
     assert code == 0
     assert "architectures (Hugging Face configs, asked in this order):" in out
     assert "qwen3-next" in out and "hybrid-align" in out
+
+
+# -- --hf-reader (issue 26 item 2) ---------------------------------------------------------------
+QWEN3_NEXT = Path(__file__).resolve().parents[1] / "data" / "hf" / "Qwen__Qwen3-Next-80B-A3B-Instruct"
+
+
+def _reading(capsys: pytest.CaptureFixture[str], command: str, *flags: str) -> tuple[str, dict[str, object]]:
+    """The ``arch`` decision's reading note and the JSON document of ``command`` on Qwen3-Next."""
+    code, out, err = run(
+        capsys, command, "--hf-config", str(QWEN3_NEXT), "--memory", "40GiB", "--json", *flags
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    decisions = data["decisions"] if "decisions" in data else data["sets"][0]["decisions"]
+    note = next(d["reason"] for d in decisions if d["stage"] == "arch" and "read by the" in d["reason"])
+    return note, data
+
+
+def test_plan_reads_a_known_model_type_with_the_builtin_reader_by_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    note, auto = _reading(capsys, "plan")
+    assert "read by the built-in reader (Qwen3NextConfig): model type 'qwen3_next' is in its table" in note
+    note, builtin = _reading(capsys, "plan", "--hf-reader", "builtin")
+    assert "read by the built-in reader (Qwen3NextConfig): the built-in reader was asked for" in note
+    assert builtin["groups"] == auto["groups"] and builtin["num_blocks"] == auto["num_blocks"]
+
+
+def test_hf_reader_transformers_reads_through_transformers(capsys: pytest.CaptureFixture[str]) -> None:
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    note, data = _reading(capsys, "plan", "--hf-reader", "transformers")
+    assert (
+        f"read by the transformers reader (Qwen3NextConfig): transformers {transformers.__version__}" in note
+    )
+    _, auto = _reading(capsys, "plan")
+    assert data["groups"] == auto["groups"] and data["num_blocks"] == auto["num_blocks"]
+
+
+def test_specs_takes_hf_reader(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "specs", "--hf-config", str(QWEN3_NEXT), "--hf-reader", "builtin")
+    assert code == 0, err
+    assert "read by the built-in reader (Qwen3NextConfig): the built-in reader was asked for" in out
+
+
+def test_hf_reader_needs_a_hugging_face_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", "--example", "gemma3-27b", "--hf-reader", "builtin")
+    assert code == 2
+    assert "--hf-reader applies only to a Hugging Face model" in err
+
+
+def test_an_unknown_reader_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", "--hf-config", str(QWEN3_NEXT), "--hf-reader", "pytorch")
+    assert code == 2
+    assert "invalid choice: 'pytorch'" in err
+
+
+def test_compare_takes_hf_reader(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--hf-config", str(QWEN3_NEXT), "--memory", "40GiB", "--json")
+    code, out, err = run(capsys, "compare", *args, "--hf-reader", "builtin")
+    assert code == 0, err
+    assert json.loads(out) == json.loads(run(capsys, "compare", *args)[1])
