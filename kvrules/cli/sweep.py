@@ -17,10 +17,12 @@ from typing import Any
 
 from kvrules.cli import flags
 from kvrules.cli.common import add_common, error_text, plugin_manager_from, strategies_from
+from kvrules.cli.hf import reader_from
 from kvrules.cli.progress import Progress
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
 from kvrules.hf.build import MTP, build_hf_model
+from kvrules.hf.config import READERS
 from kvrules.hf.examples import load_hf_example_info
 from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
 from kvrules.pipeline import Planner
@@ -77,7 +79,14 @@ def sweep_row(
     """Build and plan one combination; a :class:`KVRulesError` becomes the row's ``error``."""
     row: dict[str, Any] = {axis: getattr(options, axis) for axis in AXES}
     try:
-        model = build_hf_model(config, draft, options, strategies=strategies_from(args), plugin_manager=pm)
+        model = build_hf_model(
+            config,
+            draft,
+            options,
+            strategies=strategies_from(args),
+            plugin_manager=pm,
+            reader=reader_from(args),
+        )
         values = {**model.engine, **engine}
         if "max_model_len" not in values:
             raise ConfigError("max_model_len is not set: give --max-model-len")
@@ -136,8 +145,9 @@ def sweep_input(args: argparse.Namespace) -> SweepInput:
     :raises ConfigError: no memory from ``--memory`` or the example.
     """
     fixed, engine = _fixed_options(args), _engine_overrides(args)
+    reader = reader_from(args)
     if args.example:
-        example = load_hf_example_info(args.example)
+        example = load_hf_example_info(args.example, reader=reader)
         found = SweepInput(
             example.config,
             example.draft,
@@ -251,6 +261,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mamba-cache-mode", choices=("none", "align", "all"))
     p.add_argument("--mamba-ssm-cache-dtype", choices=("auto", "float32", "bfloat16", "float16"))
     p.add_argument("--attention-backend", metavar="NAME")
+    p.add_argument("--hf-reader", choices=READERS, help="how config.json is read (default auto; see plan)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_common(p)
     p.set_defaults(func=cmd_sweep)

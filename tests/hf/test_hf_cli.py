@@ -211,3 +211,14 @@ def test_compare_takes_hf_reader(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "compare", *args, "--hf-reader", "builtin")
     assert code == 0, err
     assert json.loads(out) == json.loads(run(capsys, "compare", *args)[1])
+
+
+def test_sweep_takes_hf_reader(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("sweep", "--hf-config", str(QWEN3_NEXT), "--memory", "40GiB", "--tp", "1,2", "--json")
+    code, out, err = run(capsys, *args, "--hf-reader", "builtin")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 2 and all("error" not in row for row in rows)
+    assert rows == json.loads(run(capsys, *args)[1])
+    code, _, err = run(capsys, *args, "--hf-reader", "pytorch")
+    assert code == 2 and "invalid choice: 'pytorch'" in err
