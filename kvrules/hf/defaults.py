@@ -710,6 +710,10 @@ CLASS_DEFAULTS: dict[str, ClassDefaults] = {
         },
         _all_layers("linear_attention"),
     ),
+    # no __post_init__: num_key_value_heads must be given or take the class's 2; no head_dim field
+    "starcoder2": _defaults(
+        "Starcoder2Config", _dims(30, 3072, 24, 4096, num_key_value_heads=2, intermediate_size=12288)
+    ),
     "smollm3": _defaults(
         "SmolLM3Config",
         _dims(36, 2048, 16, 32768, num_key_value_heads=4, use_sliding_window=False, no_rope_layer_interval=4),

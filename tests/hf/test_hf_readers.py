@@ -290,10 +290,10 @@ def test_auto_reads_every_type_the_builtin_reader_knows_without_transformers(
 
 
 def test_auto_reads_other_types_with_transformers(transformers: Any) -> None:
-    config = HFConfig({"model_type": "starcoder2"}, "s.json")
+    config = HFConfig({"model_type": "gpt_neox"}, "g.json")
     assert not config.builtin_knows
     assert config.reading.reader == TRANSFORMERS
-    assert config.reading.class_name == "Starcoder2Config"
+    assert config.reading.class_name == "GPTNeoXConfig"
     assert f"transformers {transformers.__version__}" in config.reading_note()
     asked = HFConfig({"model_type": "llama"}, "l.json", reader="transformers")
     assert (asked.reading.reader, asked.reading.class_name) == (TRANSFORMERS, "LlamaConfig")
@@ -301,7 +301,7 @@ def test_auto_reads_other_types_with_transformers(transformers: Any) -> None:
 
 def test_auto_without_transformers_reads_every_type_builtin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tf, "transformers_installed", lambda: False)
-    config = HFConfig({"model_type": "starcoder2", "head_dim": 64}, "s.json")
+    config = HFConfig({"model_type": "gpt_neox", "head_dim": 64}, "g.json")
     assert config.get("head_dim") == 64
     assert config.reading.reader == BUILTIN
     assert "transformers is not installed" in config.reading_note()
