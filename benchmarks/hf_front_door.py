@@ -97,7 +97,9 @@ def command() -> list[str]:
 def wall(argv: list[str]) -> float:
     """Seconds one command takes in a fresh process, start to exit."""
     t0 = time.perf_counter()
-    subprocess.run([*command(), *argv], check=True, capture_output=True)
+    done = subprocess.run([*command(), *argv], check=False, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"kvrules {' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
     return time.perf_counter() - t0
 
 
