@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvrules.fit.build import (
+from kvrules.sizing.build import (
     Attention,
     Builder,
     attention,
@@ -27,8 +27,8 @@ from kvrules.fit.build import (
     head_dim,
     router,
 )
-from kvrules.fit.dense import qwen_moe
-from kvrules.fit.weights import Role, Segment, Split
+from kvrules.sizing.dense import qwen_moe
+from kvrules.sizing.weights import Role, Segment, Split
 from kvrules.hf.config import HFConfig
 
 
