@@ -5,6 +5,8 @@ The public API (architecture §3): spec classes, :class:`EngineConfig`, :class:`
 authors.
 """
 
+from typing import Any
+
 from kvrules.allocation import Allocation, allocate
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
@@ -83,6 +85,7 @@ __all__ = [
     "default_manager",
     "get_plugin_manager",
     "hookimpl",
+    "fit",
     "plan",
     "spec_from_dict",
     "spec_to_dict",
@@ -90,7 +93,17 @@ __all__ = [
 
 #: submodules reachable as attributes of ``kvrules`` without an import of their own, loaded on
 #: first access (PEP 562) so that ``import kvrules`` stays light and never imports torch
-_LAZY_SUBMODULES = ("distributed", "hf", "integrations", "testing")
+_LAZY_SUBMODULES = ("distributed", "hf", "integrations", "sizing", "testing")
+
+
+def fit(config: Any, draft: Any = None, options: Any = None, **kwargs: Any) -> Any:
+    """Does a model (and its draft) fit on a GPU, and how well? :func:`kvrules.sizing.fit.fit`
+    (imported on first call, so ``import kvrules`` stays light): weights per GPU, runtime memory,
+    the exact KV plan of what remains, the nearest settings that fit; a
+    :class:`~kvrules.sizing.fit.FitReport`."""
+    from kvrules.sizing.fit import fit as fit_model
+
+    return fit_model(config, draft, options, **kwargs)
 
 
 def __getattr__(name: str) -> object:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvrules.sizing.weights import Role, Segment, Split, Stage, Weight, WeightTable
 from kvrules.hf.config import HFConfig
+from kvrules.sizing.weights import Role, Segment, Split, Stage, Weight, WeightTable
 
 
 class Builder:

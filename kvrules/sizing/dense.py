@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvrules.hf.config import HFConfig
 from kvrules.sizing.build import (
     Attention,
     Builder,
@@ -24,7 +25,6 @@ from kvrules.sizing.build import (
     router,
 )
 from kvrules.sizing.weights import Role, Split
-from kvrules.hf.config import HFConfig
 
 #: builds a layer's MoE block when the layer has one: ``(builder, prefix, layer) -> built?``
 MoEBlock = Callable[[Builder, str, int], bool]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kvrules.hf.config import HFConfig
 from kvrules.sizing.build import (
     Attention,
     Builder,
@@ -29,7 +30,6 @@ from kvrules.sizing.build import (
 )
 from kvrules.sizing.dense import qwen_moe
 from kvrules.sizing.weights import Role, Segment, Split
-from kvrules.hf.config import HFConfig
 
 
 def mamba1_mixer(

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from kvrules.errors import ModelFileError
+from kvrules.hf.config import HFConfig
+from kvrules.hf.settings import resolve_model_dtype
 from kvrules.sizing import dense, hybrid, vision
 from kvrules.sizing.build import Builder
 from kvrules.sizing.quant import Scheme, scheme_of, stored_elements
 from kvrules.sizing.weights import Role, WeightTable
-from kvrules.hf.config import HFConfig
-from kvrules.hf.settings import resolve_model_dtype
 
 Reader = Callable[[Builder], tuple[int, int, int, bool]]
 

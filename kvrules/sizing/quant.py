@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrules.errors import ModelFileError
-from kvrules.sizing.weights import Weight
 from kvrules.hf.config import HFConfig
+from kvrules.sizing.weights import Weight
 
 #: the ``quant_method`` values kvrules reads
 METHODS = ("fp8", "mxfp4", "awq", "gptq", "compressed-tensors", "modelopt")
