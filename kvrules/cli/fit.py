@@ -7,12 +7,14 @@ import json
 from typing import Any
 
 from kvrules.cli import flags
-from kvrules.cli.common import add_common, plugin_manager_from
+from kvrules.cli.common import add_common, output_path, plugin_manager_from, written_error
 from kvrules.errors import ConfigError
 from kvrules.hf.build import MTP
 from kvrules.hf.options import KV_CACHE_DTYPES
+from kvrules.plan import Plan
 from kvrules.report.fit import render_fit
-from kvrules.sizing.fit import DEFAULT_SETS, FitOptions, fit
+from kvrules.report.picture import check_format, draw_layout, formats_text
+from kvrules.sizing.fit import DEFAULT_SETS, FitOptions, FitReport, fit
 from kvrules.sizing.gpus import catalog
 
 VLLM_LINES = ("0.28", "0.33")
@@ -40,7 +42,25 @@ def strategy_sets(args: argparse.Namespace) -> tuple[str, ...]:
     return DEFAULT_SETS
 
 
+def pictured(report: FitReport) -> tuple[Plan, str]:
+    """The plan ``--picture`` draws and its title: the first answer's, else (when it does not
+    fit) the first nearest setting's.
+
+    :raises ConfigError: nothing fits, so there is no plan to draw.
+    """
+    for answer in report.answers:
+        if answer.plan is not None:
+            return answer.plan, f"kvrules fit: {report.model}, {answer.strategy_set}"
+    for alt in report.nearest:
+        first = alt.report.answers[0]
+        if first.plan is not None:
+            return first.plan, f"kvrules fit: {report.model}, {alt.change}, {first.strategy_set}"
+    raise ConfigError("--picture: nothing fits, so there is no plan to draw")
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
+    if output_path(args.picture, "--picture") is not None:
+        check_format(args.picture)
     pm = plugin_manager_from(args)
     options = FitOptions(
         gpu=args.gpu,
@@ -58,6 +78,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
         allow_assumed_sizes=args.allow_assumed_sizes,
     )
     report = fit(args.hf_config, args.draft, options, plugin_manager=pm)
+    if args.picture:
+        plan, title = pictured(report)
+        try:
+            draw_layout(plan, args.picture, title=title)
+        except OSError as exc:
+            raise written_error("--picture", args.picture, exc) from None
     print(json.dumps(report.to_dict()) if args.json else render_fit(report))
     return 0
 
@@ -102,5 +128,10 @@ def register(subparsers: Any) -> None:
         help="go on when the config leaves out a size field (its class default is used)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema kvrules.fit/v1)")
+    p.add_argument(
+        "--picture",
+        metavar="PATH",
+        help=f"draw the memory layout of the first plan that fits to PATH ({formats_text()}; needs kvrules[plot])",
+    )
     add_common(p)
     p.set_defaults(func=cmd_fit)

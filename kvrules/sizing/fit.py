@@ -56,6 +56,7 @@ SIZE_FIELDS = frozenset(
         "intermediate_size",
         "moe_intermediate_size",
         "shared_expert_intermediate_size",
+        "shared_intermediate_size",
         "n_shared_experts",
         "num_hidden_layers",
         "num_attention_heads",

@@ -71,3 +71,20 @@ def test_errors_are_one_line_and_exit_2(
 ) -> None:
     code, _, err = run(capsys, "fit", *args)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_picture_draws_the_first_plan_that_fits(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "fit.svg"
+    code, _, _ = run(
+        capsys, "fit", "--hf-config", NEXT, "--gpu", "H100", "--max-model-len", "32768", "--picture", str(out)
+    )
+    assert code == 0 and out.read_text().lstrip().startswith("<?xml")  # TP 4, the nearest setting, drawn
+
+
+def test_picture_with_nothing_that_fits_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "fit.svg"
+    code, _, err = run(capsys, "fit", "--hf-config", NEXT, "--gpu-memory", "8GiB", "--picture", str(out))
+    assert code == 2 and "nothing fits" in err and not out.exists()
