@@ -233,7 +233,7 @@ def run_python(block: Block, workdir: Path) -> None:
             exec(compile(block.body, block.where, "exec"), module.__dict__)
         finally:
             structlog.reset_defaults()
-            kvrules.plugin.reset_default_manager()
+            kvrules.reset_default_manager()
             for name in set(sys.modules) - before:  # forget modules the block imported from workdir
                 if str(workdir) in str(getattr(sys.modules[name], "__file__", "")):
                     del sys.modules[name]
@@ -278,7 +278,7 @@ def _in_process(argv: list[str], env: dict[str, str], workdir: Path) -> tuple[in
             code = int(exc.code or 0)
         finally:
             structlog.reset_defaults()  # the CLI configures structlog for itself
-            kvrules.plugin.reset_default_manager()  # KVRULES_* variables may have shaped it
+            kvrules.reset_default_manager()  # KVRULES_* variables may have shaped it
     return code, out.getvalue() + err.getvalue()
 
 

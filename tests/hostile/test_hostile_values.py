@@ -540,7 +540,7 @@ def test_extreme_in_bound_values_plan_or_raise_a_kvrules_error(
 def test_the_grouping_search_asks_each_distinct_shape_once_in_closed_form() -> None:
     """``shape_changes`` finds the first size of every distinct ``cdiv(length, size)`` shape that a
     scan over every size from 1 to the longest bucket finds, with O(sqrt) sizes, not one per layer."""
-    from kvrules.plugin.grouping import shape_changes
+    from kvrules.grouping import shape_changes
     from kvrules.specs.base import cdiv
 
     def scan(lengths: list[int]) -> list[int]:

@@ -28,8 +28,7 @@ from kvrules import (
 )
 from kvrules.errors import CapacityError
 from kvrules.examples import load_example
-from kvrules.pipeline.capacity import total_blocks_per_request
-from kvrules.plugin import (
+from kvrules.grouping import (
     Candidate,
     GroupingCost,
     Pool,
@@ -44,6 +43,7 @@ from kvrules.plugin import (
     vllm_grouping,
     vllm_grouping_cost,
 )
+from kvrules.pipeline.capacity import total_blocks_per_request
 from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.plugin.registry import RuleRegistry
 from kvrules.testing.checks import check_rule

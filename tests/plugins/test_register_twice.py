@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from kvrules import PluginError
-from kvrules.plugin import get_plugin_manager, hookimpl
+from kvrules import PluginError, get_plugin_manager
+from kvrules.plugin import hookimpl
 
 
 def _plugin(label: str) -> types.SimpleNamespace:
