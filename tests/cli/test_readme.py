@@ -46,6 +46,7 @@ import pytest
 import structlog
 
 import kvrules
+from kvrules import KVRulesPluginManager
 from kvrules.cli.main import main as kvrules_main
 from kvrules.plugin import RULE_KINDS
 from kvrules.plugin.manager import BUILTIN_PLUGINS
@@ -384,8 +385,11 @@ def readme_rules_table() -> set[tuple[str, str, int]]:
     return {(name, kind, int(priority)) for name, kind, priority in rows}
 
 
-def test_the_built_in_rules_table_lists_every_built_in_rule_and_kind() -> None:
-    registries = kvrules.get_plugin_manager(autoload=False).registries
+@pytest.mark.kvrules_pm(autoload=False)
+def test_the_built_in_rules_table_lists_every_built_in_rule_and_kind(
+    kvrules_pm: KVRulesPluginManager,
+) -> None:
+    registries = kvrules_pm.registries
     providers = registries.rules.providers
     builtin = {
         (rule.name, rule.kind, rule.priority)
