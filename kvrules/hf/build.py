@@ -402,7 +402,7 @@ def build_hf_model(
     :param options: engine options (:class:`HFOptions`); defaults when omitted.
     :param strategies: the strategy set whose ``align`` rules run (as :class:`kvrules.Planner` takes it).
     :param plugin_manager: where architectures and aligners come from
-        (:func:`kvrules.plugin.default_manager` when omitted).
+        (:func:`kvrules.default_manager` when omitted).
     :raises ModelFileError: unreadable config, missing/invalid field, unknown architecture.
     :raises ConfigError: an option that does not fit the model.
     """

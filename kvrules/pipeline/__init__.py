@@ -93,8 +93,8 @@ class Planner:
     """Plans KV-cache layouts with a chosen strategy set.
 
     :param strategies: ``None`` (the default set), a preset name such as ``"vllm"``, or a list
-        of rule names (see :func:`kvrules.plugin.resolve_strategies`).
-    :param plugin_manager: where rules come from; :func:`kvrules.plugin.default_manager` when omitted.
+        of rule names (see :func:`kvrules.resolve_strategies`).
+    :param plugin_manager: where rules come from; :func:`kvrules.default_manager` when omitted.
     """
 
     def __init__(
