@@ -22,12 +22,12 @@ from typing import Any
 
 import structlog
 
-from kvrules import EngineConfig, Plan, Planner
+from kvrules import EngineConfig, Plan, Planner, default_manager
 from kvrules.cli.compare import specs_for
 from kvrules.config import DEFAULT_DRAFT_PREFIXES
 from kvrules.examples import example_names, load_example
+from kvrules.grouping import buckets_by_spec, search
 from kvrules.hf import HFOptions, build_hf_model
-from kvrules.plugin import buckets_by_spec, default_manager, search
 from kvrules.report.tables import table
 from kvrules.specs import KVCacheSpec
 from kvrules_plugins.beyond_vllm import DEFAULT_MAX_GROUPS

@@ -1,9 +1,13 @@
 """kvrules: a rule engine with plugins that plans KV-cache memory for LLM inference engines.
 
 The public API (architecture §3): spec classes, :class:`EngineConfig`, :class:`Planner`,
-:func:`plan`, the plan types, :class:`Decision`, the errors, and :data:`hookimpl` for plugin
-authors.
+:func:`plan`, the plan types, :class:`Decision`, the errors, :data:`hookimpl` for plugin
+authors, and what a host uses to choose plugins and rules: the plugin managers
+(:func:`get_plugin_manager`, the process-level :func:`default_manager`) and strategy sets
+(:func:`resolve_strategies`).
 """
+
+from typing import Any
 
 from kvrules.allocation import Allocation, allocate
 from kvrules.config import EngineConfig
@@ -23,7 +27,18 @@ from kvrules.errors import (
 from kvrules.model import spec_from_dict
 from kvrules.pipeline import Planner, plan
 from kvrules.plan import KVCacheGroup, KVCacheTensor, Plan, UnifyResult, WorkerPlan
-from kvrules.plugin import BUILTIN_PLUGINS, default_manager, get_plugin_manager, hookimpl
+from kvrules.plugin.hookspecs import hookimpl
+from kvrules.plugin.manager import (
+    BUILTIN_PLUGINS,
+    KVRulesPluginManager,
+    default_manager,
+    enable_trace,
+    get_plugin_manager,
+    reset_default_manager,
+    set_default_manager,
+)
+from kvrules.plugin.presets import DEFAULT_SET, StrategySet, StrategySpec, resolve_strategies
+from kvrules.plugin.registry import Registries
 from kvrules.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -45,7 +60,17 @@ from kvrules.specs import (
 __version__ = "0.2.0"
 
 __all__ = [
+    # plugin managers and strategy sets, for hosts (authors import from kvrules.plugin)
     "BUILTIN_PLUGINS",
+    "DEFAULT_SET",
+    "KVRulesPluginManager",
+    "Registries",
+    "StrategySet",
+    "StrategySpec",
+    "enable_trace",
+    "reset_default_manager",
+    "resolve_strategies",
+    "set_default_manager",
     "Allocation",
     "AllocationError",
     "AttentionSpec",
@@ -83,6 +108,7 @@ __all__ = [
     "default_manager",
     "get_plugin_manager",
     "hookimpl",
+    "fit",
     "plan",
     "spec_from_dict",
     "spec_to_dict",
@@ -90,7 +116,17 @@ __all__ = [
 
 #: submodules reachable as attributes of ``kvrules`` without an import of their own, loaded on
 #: first access (PEP 562) so that ``import kvrules`` stays light and never imports torch
-_LAZY_SUBMODULES = ("distributed", "hf", "integrations", "testing")
+_LAZY_SUBMODULES = ("distributed", "hf", "integrations", "sizing", "testing")
+
+
+def fit(config: Any, draft: Any = None, options: Any = None, **kwargs: Any) -> Any:
+    """Does a model (and its draft) fit on a GPU, and how well? :func:`kvrules.sizing.fit.fit`
+    (imported on first call, so ``import kvrules`` stays light): weights per GPU, runtime memory,
+    the exact KV plan of what remains, the nearest settings that fit; a
+    :class:`~kvrules.sizing.fit.FitReport`."""
+    from kvrules.sizing.fit import fit as fit_model
+
+    return fit_model(config, draft, options, **kwargs)
 
 
 def __getattr__(name: str) -> object:

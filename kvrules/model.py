@@ -28,7 +28,7 @@ TOP_LEVEL_KEYS = ("layers", "workers", "engine", "available_memory", "descriptio
 
 
 def registered_spec_types() -> Mapping[str, type[KVCacheSpec]]:
-    """Type name -> class of every spec type :func:`kvrules.plugin.default_manager` registered."""
+    """Type name -> class of every spec type :func:`kvrules.default_manager` registered."""
     return default_manager().registries.spec_types.classes
 
 

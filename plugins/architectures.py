@@ -13,8 +13,7 @@ from typing import Any
 from kvrules import KVCacheSpec, hookimpl
 from kvrules.hf import Architecture, BuildSettings, HFConfig, layers
 from kvrules.hf import mamba as mamba_shapes
-from kvrules.plugin import ArchitectureRegistry
-from kvrules.plugin.rules import Check, applies, declines
+from kvrules.plugin import ArchitectureRegistry, Check, applies, declines
 
 FULL = layers.FULL
 SLIDING = layers.SLIDING

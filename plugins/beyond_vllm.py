@@ -13,7 +13,7 @@ one request costs no more bytes), then has no more groups, then no more padding 
 figures go into the decision's ``details`` (``vllm``: vLLM's, ``chosen``: the rule's, with the
 ``alternatives`` considered and ``over_cap``; docs/plan-schema.md); ``before`` / ``after`` stay
 ``None``, as they are reserved for spec summaries. Per-request cost and the search over group
-sizes: :mod:`kvrules.plugin.grouping`. The aligner ``draft-aware-align`` is the built-in plugin
+sizes: :mod:`kvrules.grouping`. The aligner ``draft-aware-align`` is the built-in plugin
 ``draft-align`` of its own.
 """
 
@@ -27,27 +27,20 @@ from operator import not_
 from typing import cast
 
 from kvrules import KVCacheGroup, KVCacheSpec, PluginError, hookimpl
-from kvrules.plugin import (
+from kvrules.grouping import (
     Candidate,
-    Check,
-    Grouper,
     GroupingCost,
-    Partitioner,
-    PlanContext,
     Pool,
-    RuleRegistry,
     acceptable,
     alternatives,
-    applies,
     buckets_by_spec,
     buckets_where,
-    cdiv,
-    declines,
     ratio,
     search,
     shared_pool_blocker,
     vllm_grouping_cost,
 )
+from kvrules.plugin import Check, Grouper, Partitioner, PlanContext, RuleRegistry, applies, cdiv, declines
 
 DEFAULT_MAX_GROUPS = 8
 

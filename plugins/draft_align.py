@@ -19,7 +19,7 @@ one ``hybrid-align`` leads to, one request of ``max_model_len`` costs no more by
 more groups, no more padding slots), and no request of a shorter power-of-two length costs more
 either; both figures go into its decision's ``details`` (``vllm`` and ``chosen``,
 docs/plan-schema.md). What ``hybrid-align`` would do comes from
-:func:`kvrules.hf.vllm_hybrid_alignment`, the costs from :mod:`kvrules.plugin.grouping`.
+:func:`kvrules.hf.vllm_hybrid_alignment`, the costs from :mod:`kvrules.grouping`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from math import lcm
 from typing import cast
 
 from kvrules import AttentionSpec, EngineConfig, KVCacheGroup, KVCacheSpec, KVRulesError, hookimpl
+from kvrules.grouping import GroupingCost, acceptable, grouping_cost, ratio
 from kvrules.hf import (
     apply_hybrid_alignment,
     attention_geometry,
@@ -37,20 +38,7 @@ from kvrules.hf import (
     mamba_page,
     vllm_hybrid_alignment,
 )
-from kvrules.plugin import (
-    AlignContext,
-    Aligner,
-    Check,
-    GroupingCost,
-    RuleRegistry,
-    acceptable,
-    applies,
-    cdiv,
-    declines,
-    evolved,
-    grouping_cost,
-    ratio,
-)
+from kvrules.plugin import AlignContext, Aligner, Check, RuleRegistry, applies, cdiv, declines, evolved
 
 STAGE = "align"
 VLLM_SET = "vllm"

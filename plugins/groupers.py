@@ -1,6 +1,6 @@
 """Built-in plugin ``groupers``: vLLM 0.28's group-size rule (``vllm-group-size``).
 
-The bucketing and the group-size rule are public helpers (:mod:`kvrules.plugin.grouping`:
+The bucketing and the group-size rule are public helpers (:mod:`kvrules.grouping`:
 ``buckets_by_spec``, ``vllm_group_size``, ``split_buckets``) that rules comparing groupings share.
 """
 
@@ -10,16 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kvrules import KVCacheGroup, KVCacheSpec, hookimpl
-from kvrules.plugin import (
-    Check,
-    Grouper,
-    PlanContext,
-    RuleRegistry,
-    applies,
-    buckets_by_spec,
-    split_buckets,
-    vllm_group_size,
-)
+from kvrules.grouping import buckets_by_spec, split_buckets, vllm_group_size
+from kvrules.plugin import Check, Grouper, PlanContext, RuleRegistry, applies
 
 
 @dataclass(frozen=True)

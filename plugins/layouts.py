@@ -19,8 +19,18 @@ from kvrules import (
     UniformTypeKVCacheSpecs,
     hookimpl,
 )
-from kvrules.plan import BackingTensor, backing_tensors, tensors_of_backing
-from kvrules.plugin import Check, Layout, PlanContext, RuleRegistry, applies, blocks_of, declines, memory_of
+from kvrules.plan import backing_tensors, tensors_of_backing
+from kvrules.plugin import (
+    BackingTensor,
+    Check,
+    Layout,
+    PlanContext,
+    RuleRegistry,
+    applies,
+    blocks_of,
+    declines,
+    memory_of,
+)
 
 
 def _uniform_groups(groups: Sequence[KVCacheGroup]) -> list[UniformTypeKVCacheSpecs]:

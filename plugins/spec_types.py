@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kvrules import hookimpl
-from kvrules.plugin import BUILTIN_SPEC_TYPES, SpecTypeRegistry
+from kvrules.plugin import SpecTypeRegistry
+from kvrules.specs import BUILTIN_SPEC_TYPES
 
 
 @hookimpl

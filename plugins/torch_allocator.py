@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kvrules import AllocationError, AttentionSpec, KVCacheSpec, KVQuantMode, MambaSpec, hookimpl
+from kvrules.dtypes import dtype_size, to_torch
 from kvrules.plugin import (
     AllocationRequest,
     Allocator,
@@ -49,10 +50,8 @@ from kvrules.plugin import (
     ViewLayout,
     applies,
     declines,
-    dtype_size,
-    quantized_head_dim,
-    to_torch,
 )
+from kvrules.specs import quantized_head_dim
 
 # -- the view layouts ----------------------------------------------------------------------------
 SCALE_DTYPE = "float32"

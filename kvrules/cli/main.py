@@ -19,11 +19,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn, TextIO, cast
 
-from kvrules.cli import allocate, compare, flags, listing, plan, specs, sweep
+from kvrules.cli import allocate, compare, fit, flags, listing, plan, specs, sweep
 from kvrules.cli.common import check_outputs, configure_logging, error_text
 from kvrules.errors import ConfigError, KVRulesError
 
-COMMANDS = (plan, listing, allocate, compare, specs, sweep)
+COMMANDS = (plan, fit, listing, allocate, compare, specs, sweep)
 """Command modules, in the order their sub-commands are listed; each has ``register(subparsers)``."""
 
 

@@ -421,7 +421,7 @@ def build_hf_model(
     :param options: engine options (:class:`HFOptions`); defaults when omitted.
     :param strategies: the strategy set whose ``align`` rules run (as :class:`kvrules.Planner` takes it).
     :param plugin_manager: where architectures and aligners come from
-        (:func:`kvrules.plugin.default_manager` when omitted).
+        (:func:`kvrules.default_manager` when omitted).
     :param reader: how a config given as a path or a dict is read (:data:`~kvrules.hf.config.READERS`:
         ``auto``, the built-in reader for every model type it knows, else transformers;
         ``builtin``; ``transformers``); an :class:`HFConfig` keeps its own.

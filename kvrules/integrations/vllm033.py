@@ -4,8 +4,8 @@ vLLM 0.33's Core asks the builder for the KV-cache groups of the whole model
 (``get_kv_cache_groups``), then for the placement of a given number of blocks
 (``get_kv_cache_config_from_groups``); Core itself keeps the exact-partition check, the
 ``num_gpu_blocks_override``, the null block, auto-fit, admission and worker convergence. This
-module answers both with the kvrules pipeline (``Planner.group``, then the ``layout`` stage for
-exactly ``num_blocks`` blocks) and emits 0.33's placement: one backing allocation per worker, one
+module answers both with the kvrules pipeline's public stages (``Planner.groups_of``, then
+``Planner.place`` for exactly ``num_blocks`` blocks) and emits 0.33's placement: one backing allocation per worker, one
 strided ``KVCacheTensor`` per (group, distinct spec), layer-outermost or block-outermost as the
 engine resolved (``cache_config.get_resolved_kv_cache_layout()``).
 
@@ -37,8 +37,6 @@ from kvrules.integrations.vllm_config import config_value, read_vllm033_config
 from kvrules.integrations.vllm_lines import BUILDER_MODULE
 from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, vllm_classes
 from kvrules.pipeline import Grouping, Planner
-from kvrules.pipeline.convert import convert
-from kvrules.pipeline.layout import choose_layouts, lay_out
 from kvrules.plan import BackingTensor, KVCacheGroup, WorkerPlan, backing_tensors
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec
@@ -200,10 +198,8 @@ def _grouping(
     """The grouping and the kvrules spec of every input layer."""
     settings = read_vllm033_config(vllm_config, grouping_only=True)
     specs = {name: st.to_kvrules(spec, name) for name, spec in kv_cache_spec.items()}
-    ctx, ask = st.planner.context(settings.engine)
-    converted = convert(specs, ctx, ask)
-    grouping = st.planner.group(converted, ctx, ask)
-    st.decisions = ctx.decisions.decisions()
+    grouping = st.planner.groups_of(specs, settings.engine)
+    st.decisions = grouping.decisions
     return grouping, specs
 
 
@@ -329,23 +325,16 @@ def _worker_plan(
     if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
         raise ConfigError(f"num_blocks={num_blocks!r}: the builder places a whole number of blocks >= 1")
     settings = read_vllm033_config(vllm_config, grouping_only=True)
-    groups = _kvrules_groups(st, kv_cache_groups)
-    ctx, ask = st.planner.context(settings.engine)
-    (worker,) = choose_layouts([groups], [0], ctx, ask)
-    if worker.layout is None:
-        return WorkerPlan(num_blocks, (), groups, "", 0, num_blocks)
-    worker = dataclasses.replace(worker, memory=worker.block_bytes * num_blocks)
-    (plan,) = lay_out([worker], ctx, ask)
-    st.decisions = ctx.decisions.decisions()
-    return plan
+    placed = st.planner.place(_kvrules_groups(st, kv_cache_groups), num_blocks, settings.engine)
+    if placed.block_bytes:
+        st.decisions = placed.decisions
+    return placed.worker
 
 
 def pool_bytes_per_block(st: BuilderState, vllm_config: Any, kv_cache_groups: Sequence[Any]) -> int | None:
     """Bytes one block costs in the backing (``None`` for a model without KV-cache layers)."""
     settings = read_vllm033_config(vllm_config, grouping_only=True)
-    ctx, ask = st.planner.context(settings.engine)
-    (worker,) = choose_layouts([_kvrules_groups(st, kv_cache_groups)], [0], ctx, ask)
-    return worker.block_bytes if worker.layout is not None else None
+    return st.planner.block_bytes(_kvrules_groups(st, kv_cache_groups), settings.engine)
 
 
 def backing_of_plan(

@@ -3,19 +3,22 @@
 ``Planner.plan`` is the whole walk: merge -> convert -> (``Planner.group``: route -> unify, or a
 fallback when unification fails -> partition -> group -> hidden states) -> project -> layout
 choice -> num_gpu_blocks_override -> memory check / auto-fit -> tensors and the agreed block
-count -> capacity and waste. ``Planner.group`` can be called alone to get the groups before an
-integration decides the number of blocks (vLLM 0.33's Core does).
+count -> capacity and waste. Two stages are public for integrations that decide the number of blocks themselves (vLLM
+0.29+ does): :meth:`Planner.groups_of` (the groups of one worker's specs) and
+:meth:`Planner.place` (given groups placed in ``num_blocks`` blocks), with
+:meth:`Planner.block_bytes` (what one block costs).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvrules import logs
 from kvrules.config import EngineConfig
-from kvrules.errors import SpecError, UnificationError
+from kvrules.decisions import Decision
+from kvrules.errors import ConfigError, SpecError, UnificationError
 from kvrules.pipeline.aligned import check_alignment
 from kvrules.pipeline.capacity import capacity_tokens, fit_length, max_concurrency, with_length
 from kvrules.pipeline.convert import convert
@@ -47,11 +50,27 @@ from kvrules.specs.table import as_dict
 
 @dataclass(frozen=True)
 class Grouping:
-    """The first half of a plan: the route taken, the KV-cache groups, every layer's final spec."""
+    """The first half of a plan: the route taken, the KV-cache groups, every layer's final spec
+    (and, from :meth:`Planner.groups_of`, the decisions taken)."""
 
     route: str
     groups: tuple[KVCacheGroup, ...]
     specs: Mapping[str, KVCacheSpec]
+    decisions: tuple[Decision, ...] = ()
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Groups placed in a given number of blocks on one worker (:meth:`Planner.place`).
+
+    :ivar worker: the worker's plan: its tensors (or vLLM 0.33's backing) for ``num_blocks``.
+    :ivar block_bytes: what one block costs on the worker (0 without KV-cache layers).
+    :ivar decisions: the layout choice and the tensors' decisions.
+    """
+
+    worker: WorkerPlan
+    block_bytes: int
+    decisions: tuple[Decision, ...]
 
 
 def final_specs(
@@ -75,8 +94,8 @@ class Planner:
     """Plans KV-cache layouts with a chosen strategy set.
 
     :param strategies: ``None`` (the default set), a preset name such as ``"vllm"``, or a list
-        of rule names (see :func:`kvrules.plugin.resolve_strategies`).
-    :param plugin_manager: where rules come from; :func:`kvrules.plugin.default_manager` when omitted.
+        of rule names (see :func:`kvrules.resolve_strategies`).
+    :param plugin_manager: where rules come from; :func:`kvrules.default_manager` when omitted.
     """
 
     def __init__(
@@ -117,6 +136,45 @@ class Planner:
         ask.specs(specs, config)
         unified = unify_pages(specs, ctx, ask)
         return UnifyResult(specs=unified, decisions=ctx.decisions.decisions())
+
+    def groups_of(self, specs: Mapping[str, KVCacheSpec], config: EngineConfig) -> Grouping:
+        """Stage function: the KV-cache groups :meth:`plan` makes of one worker's ``specs``
+        (converted, routed, unified, partitioned and grouped), with the decisions taken. For an
+        integration that chooses the number of blocks itself, then calls :meth:`place`.
+
+        :raises KVRulesError: as :meth:`plan` does for these stages.
+        """
+        if not isinstance(specs, Mapping):
+            raise SpecError("specs must be a mapping of layer name to spec")
+        check_names(specs, "")
+        ctx, ask = self.context(check_config(config))
+        grouping = self.group(convert(specs, ctx, ask), ctx, ask)
+        return Grouping(grouping.route, grouping.groups, grouping.specs, ctx.decisions.decisions())
+
+    def block_bytes(self, groups: Sequence[KVCacheGroup], config: EngineConfig) -> int | None:
+        """Stage function: what one block of ``groups`` costs on one worker, under the first
+        active layout that can hold them (``None`` without KV-cache layers)."""
+        ctx, ask = self.context(check_config(config))
+        (worker,) = choose_layouts([tuple(groups)], [0], ctx, ask)
+        return worker.block_bytes if worker.layout is not None else None
+
+    def place(self, groups: Sequence[KVCacheGroup], num_blocks: int, config: EngineConfig) -> Placed:
+        """Stage function: ``groups`` (from :meth:`groups_of`, or an engine's own) placed in
+        exactly ``num_blocks`` blocks on one worker: the layout choice and the tensors.
+
+        :raises ConfigError: ``num_blocks`` is not a whole number >= 1.
+        :raises GroupingError: no active layout can hold the groups.
+        """
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ConfigError(f"num_blocks={num_blocks!r}: place a whole number of blocks >= 1")
+        ctx, ask = self.context(check_config(config))
+        (worker,) = choose_layouts([tuple(groups)], [0], ctx, ask)
+        if worker.layout is None:
+            empty = WorkerPlan(num_blocks, (), tuple(groups), "", 0, num_blocks)
+            return Placed(empty, 0, ctx.decisions.decisions())
+        sized = replace(worker, memory=worker.block_bytes * num_blocks)
+        (plan,) = lay_out([sized], ctx, ask)
+        return Placed(plan, worker.block_bytes, ctx.decisions.decisions())
 
     def group(self, converted: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> Grouping:
         """Route the converted specs; for a unifying route unify them (falling back on failure),
@@ -254,4 +312,4 @@ def plan(
     return Planner(strategies).plan(specs, available_memory, config)
 
 
-__all__ = ["Grouping", "Planner", "final_specs", "grouping_with", "plan"]
+__all__ = ["Grouping", "Placed", "Planner", "final_specs", "grouping_with", "plan"]

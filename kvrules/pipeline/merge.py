@@ -106,15 +106,16 @@ def merge(
     :raises GroupingError: a layer with different specs on two workers.
     :raises PluginError: a spec type answers wrongly about its sizes.
     """
+    checked = []
     for index, specs in enumerate(workers):
         where = f"worker {index}, " if len(workers) > 1 else "worker 0, "
         check_names(specs, where)
-        ask.specs(specs, config, where=where)
+        checked.append(ask.specs(specs, config, where=where))
     if len(workers) == 1:
-        return workers[0]
+        return checked[0]
     merged: dict[str, KVCacheSpec] = {}
     owner: dict[str, int] = {}
-    for index, specs in enumerate(workers):
+    for index, specs in enumerate(checked):
         for name, spec in specs.items():
             seen = merged.get(name)
             if seen is None:

@@ -237,32 +237,50 @@ class Asker:
         return None, Check(False, ""), reasons
 
     # -- spec types ---------------------------------------------------------------------------
-    def specs(self, specs: Mapping[str, Any], config: EngineConfig, *, where: str = "") -> None:
+    def specs(
+        self, specs: Mapping[str, Any], config: EngineConfig, *, where: str = ""
+    ) -> Mapping[str, KVCacheSpec]:
         """Check every spec's own answers (sizes, memory, hash) once per distinct spec value.
 
+        :returns: ``specs``, or where several layers hold equal spec objects, a new table whose
+            layers hold one of them (the first seen), so that later per-spec work runs once per
+            distinct value (a model file or HF config gives every layer its own object).
         :raises SpecError: a value is not a spec at all (the caller's input).
         :raises PluginError: a spec's type answers wrongly (naming the spec type's plugin).
         """
-        seen: set[KVCacheSpec] = set()
+        seen: dict[KVCacheSpec, KVCacheSpec] = {}
         distinct = distinct_specs(specs.values())
         firsts = _first_layers(specs, distinct)
+        same: dict[int, KVCacheSpec] = {}
         for spec in distinct:
             layer = firsts[id(spec)]
             if not isinstance(spec, KVCacheSpec):
                 raise SpecError(f"{where}layer {layer!r}: {spec!r} is not a KV-cache spec")
-            problem = self._spec(layer, spec, config, seen)
+            problem, first = self._spec(layer, spec, config, seen)
             if problem:
                 raise self.fault("spec-type", spec, f"(layer {layer!r}) {problem}")
+            if first is not spec:
+                same[id(spec)] = first
+        if not same:
+            return specs
+        return {name: same.get(id(spec), spec) for name, spec in specs.items()}
 
     def _spec(
-        self, layer: str, spec: KVCacheSpec, config: EngineConfig | None, seen: set[KVCacheSpec]
-    ) -> str | None:
+        self,
+        layer: str,
+        spec: KVCacheSpec,
+        config: EngineConfig | None,
+        seen: dict[KVCacheSpec, KVCacheSpec],
+    ) -> tuple[str | None, KVCacheSpec]:
+        """The problem of ``spec``'s answers (checked once per distinct value: ``seen`` maps each
+        value checked to the first object that held it) and that first object."""
         try:
-            if spec in seen:
-                return None
+            first = seen.get(spec)
+            if first is not None:
+                return None, first
             problem = answers.spec_problem(spec, config)
-            seen.add(spec)
-            return problem
+            seen[spec] = spec
+            return problem, spec
         except KVRulesError:
             raise
         except Exception as exc:
@@ -284,12 +302,12 @@ class Asker:
         known = set(map(id, distinct_specs(given.values())))
         if isinstance(made, Mapping) and known.issuperset(map(id, made.values())):
             return  # every spec object was given (checked before): no per-layer loop
-        seen: set[KVCacheSpec] = set()
+        seen: dict[KVCacheSpec, KVCacheSpec] = {}
         for layer, spec in made.items() if isinstance(made, Mapping) else made:
             if id(spec) in known:
                 continue
             known.add(id(spec))
-            problem = self._spec(layer, spec, config, seen)
+            problem, _ = self._spec(layer, spec, config, seen)
             if problem:
                 builtin = self.registries.builtin
                 owner = self.provider("spec-type", _name("spec-type", spec))

@@ -1,7 +1,7 @@
 """Noticing third-party plugins that patch kvrules at import (issue 25 R9).
 
 Before and after each third-party entry point loads, the ``__dict__`` entries of every class
-that ``kvrules`` and ``kvrules.plugin`` export (spec types included) and kvrules' public module
+that ``kvrules``, ``kvrules.plugin``, ``kvrules.grouping`` and ``kvrules.specs`` export (spec types included) and kvrules' public module
 functions are compared by identity; an entry added, replaced or deleted is a patch, named with
 the plugin and its distribution. The plugin manager warns with :class:`PluginPatchWarning`, or
 raises :class:`~kvrules.PluginError` when ``KVRULES_STRICT_PLUGINS`` is on.
@@ -16,6 +16,9 @@ STRICT_ENV = "KVRULES_STRICT_PLUGINS"
 
 Snapshot = dict[str, int]
 
+#: the modules whose exported classes and functions are watched
+_MODULES = ("kvrules", "kvrules.plugin", "kvrules.grouping", "kvrules.specs")
+
 
 class PluginPatchWarning(UserWarning):
     """A third-party plugin changed kvrules' own classes or functions when it was loaded."""
@@ -25,7 +28,7 @@ def _classes() -> dict[str, type]:
     from kvrules.specs.base import KVCacheSpec
 
     found: dict[str, type] = {}
-    for module_name in ("kvrules", "kvrules.plugin"):
+    for module_name in _MODULES:
         module = sys.modules.get(module_name)
         for name in getattr(module, "__all__", ()):
             value = getattr(module, name, None)
@@ -45,7 +48,7 @@ def snapshot() -> Snapshot:
     for where, cls in _classes().items():
         for name, value in list(vars(cls).items()):
             shot[f"{where}.{name}"] = id(value)
-    for module_name in ("kvrules", "kvrules.plugin"):
+    for module_name in _MODULES:
         module = sys.modules.get(module_name)
         for name in getattr(module, "__all__", ()):
             value = getattr(module, name, None)

@@ -11,6 +11,7 @@ from kvrules.specs.attention import (
     SinkFullAttentionSpec,
     SlidingWindowMLASpec,
     SlidingWindowSpec,
+    quantized_head_dim,
 )
 from kvrules.specs.base import KVCacheSpec, KVQuantMode, cdiv, merged_spec, round_up
 from kvrules.specs.builtin import BUILTIN_SPEC_TYPES
@@ -36,6 +37,7 @@ __all__ = [
     "UniformTypeKVCacheSpecs",
     "cdiv",
     "merged_spec",
+    "quantized_head_dim",
     "round_up",
     "spec_from_dict",
     "spec_to_dict",

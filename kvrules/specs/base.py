@@ -21,7 +21,7 @@ import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import partial
-from operator import is_not
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast, overload
 
 from kvrules.errors import SpecError
@@ -158,6 +158,7 @@ def largest_divisor_at_most(number: int, limit: int) -> int:
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_VALUES: dict[type, attrgetter[Any]] = {}
 
 
 def field_names(cls: type) -> tuple[str, ...]:
@@ -167,6 +168,14 @@ def field_names(cls: type) -> tuple[str, ...]:
         names = tuple(f.name for f in fields(cls))
         _FIELD_NAMES[cls] = names
     return names
+
+
+def _values_getter(cls: type) -> attrgetter[Any]:
+    """An ``attrgetter`` of every field of a spec class (a C-level read of all of them), cached."""
+    getter = _VALUES.get(cls)
+    if getter is None:
+        getter = _VALUES[cls] = attrgetter(*field_names(cls))
+    return getter
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,7 +252,8 @@ class KVCacheSpec:
     # -- identity -----------------------------------------------------------------------
     def field_values(self) -> tuple[Any, ...]:
         """All field values in declaration order."""
-        return tuple(getattr(self, name) for name in field_names(type(self)))
+        values = _values_getter(type(self))(self)
+        return values if len(field_names(type(self))) > 1 else (values,)
 
     def __eq__(self, other: object) -> bool:
         if self is other:
@@ -436,8 +446,9 @@ _FEW_PASSES = 8
 
 def merged_spec(specs: Mapping[str, KVCacheSpec]) -> KVCacheSpec | None:
     """The one spec standing for all of ``specs`` (:meth:`KVCacheSpec.merge` of the first
-    layer's type), or ``None`` when there are none or they do not merge."""
-    values = list(specs.values())
+    layer's type, given each spec object once, in first-seen order), or ``None`` when there are
+    none or they do not merge."""
+    values = distinct_specs(specs.values())
     if not values:
         return None
     try:

@@ -3,9 +3,11 @@
 Turn it on with ``pytest_plugins = ["kvrules.testing"]`` in a ``conftest.py`` or a test module,
 or with ``pytest -p kvrules.testing``; it is never loaded by itself. It provides three fixtures:
 
-* ``kvrules_pm``: a fresh plugin manager (built-ins plus installed plugins); register test
-  plugins on it with ``kvrules_pm.register(obj, name="test-...")``; :func:`registered` lists
-  what it holds (``registered(kvrules_pm, plugin="acme")``);
+* ``kvrules_pm``: a fresh plugin manager (built-ins plus installed plugins, your own included);
+  register test plugins on it with ``kvrules_pm.register(obj, name="test-...")`` (an installed
+  plugin registered again is a no-op); ``@pytest.mark.kvrules_pm(autoload=False, plugins=[...],
+  blocked=[...])`` builds it with :func:`kvrules.get_plugin_manager`'s arguments instead;
+  :func:`registered` lists what it holds (``registered(kvrules_pm, plugin="acme")``);
 * ``make_specs``: :func:`make_specs`, to build a model from sample names and spec objects;
 * ``captured_decisions``: every ``kvrules.decision`` event logged during the test, as
   :class:`~kvrules.Decision` objects (:class:`CapturedDecisions`);
@@ -25,6 +27,7 @@ import pytest
 import structlog
 
 from kvrules.decisions import Decision
+from kvrules.errors import PluginError
 from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
 from kvrules.testing.allocators import check_view_layout
 from kvrules.testing.checks import (
@@ -80,10 +83,39 @@ class CapturedDecisions:
         return iter(self.decisions)
 
 
+PM_MARKER = "kvrules_pm"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Registers the ``kvrules_pm`` marker (so ``--strict-markers`` suites accept it)."""
+    config.addinivalue_line(
+        "markers",
+        f"{PM_MARKER}(autoload=True, plugins=(), blocked=()): how the kvrules_pm fixture builds its "
+        "manager (the arguments of kvrules.get_plugin_manager)",
+    )
+
+
 @pytest.fixture
-def kvrules_pm() -> KVRulesPluginManager:
-    """A fresh plugin manager: built-ins plus installed plugins (honours the autoload variable)."""
-    return get_plugin_manager()
+def kvrules_pm(request: pytest.FixtureRequest) -> KVRulesPluginManager:
+    """A fresh plugin manager: built-ins plus installed plugins (honours the autoload variable).
+
+    An installed plugin is already registered from its entry point, so the test pattern
+    ``kvrules_pm.register(my_plugin, name="my-plugin")`` changes nothing and returns its name;
+    a plugin that is not installed is registered once. A test marked
+    ``@pytest.mark.kvrules_pm(autoload=False, plugins=[...], blocked=[...])`` gets the manager
+    :func:`kvrules.get_plugin_manager` builds with those arguments (the closest mark wins).
+
+    :raises PluginError: the mark's arguments are not ``get_plugin_manager``'s (or a plugin fails).
+    """
+    marker = request.node.get_closest_marker(PM_MARKER)
+    if marker is None:
+        return get_plugin_manager()
+    if marker.args or set(marker.kwargs) - {"autoload", "plugins", "blocked"}:
+        raise PluginError(
+            f"@pytest.mark.{PM_MARKER} takes the keywords autoload, plugins and blocked (those of "
+            f"kvrules.get_plugin_manager); got args {marker.args!r}, keywords {sorted(marker.kwargs)}"
+        )
+    return get_plugin_manager(**marker.kwargs)
 
 
 @pytest.fixture(name="make_specs")

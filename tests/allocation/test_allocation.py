@@ -18,7 +18,14 @@ import pytest
 import torch
 
 import kvrules
-from kvrules import Allocation, AllocationError, PluginError, get_plugin_manager, hookimpl
+from kvrules import (
+    Allocation,
+    AllocationError,
+    KVRulesPluginManager,
+    PluginError,
+    get_plugin_manager,
+    hookimpl,
+)
 from kvrules.allocation import AllocationRequest, Allocator, Placement, ViewLayout
 from kvrules.plugin.registry import AllocatorRegistry
 from kvrules.plugin.rules import Check, applies, declines
@@ -329,8 +336,9 @@ class VendorPlugin:
         registry.add_view_layout(KFirstLayout(name="k-first", priority=500, default=False))
 
 
-def test_a_vendor_allocator_and_view_layout() -> None:
-    pm = get_plugin_manager(autoload=False, plugins=[VendorPlugin()])
+@pytest.mark.kvrules_pm(autoload=False, plugins=[VendorPlugin()])
+def test_a_vendor_allocator_and_view_layout(kvrules_pm: KVRulesPluginManager) -> None:
+    pm = kvrules_pm
     plan = models.dense()
     allocation = kvrules.allocate(plan, "counting", layout="k-first", plugin_manager=pm)
     allocation.verify()

@@ -46,6 +46,7 @@ import pytest
 import structlog
 
 import kvrules
+from kvrules import KVRulesPluginManager
 from kvrules.cli.main import main as kvrules_main
 from kvrules.plugin import RULE_KINDS
 from kvrules.plugin.manager import BUILTIN_PLUGINS
@@ -233,7 +234,7 @@ def run_python(block: Block, workdir: Path) -> None:
             exec(compile(block.body, block.where, "exec"), module.__dict__)
         finally:
             structlog.reset_defaults()
-            kvrules.plugin.reset_default_manager()
+            kvrules.reset_default_manager()
             for name in set(sys.modules) - before:  # forget modules the block imported from workdir
                 if str(workdir) in str(getattr(sys.modules[name], "__file__", "")):
                     del sys.modules[name]
@@ -278,7 +279,7 @@ def _in_process(argv: list[str], env: dict[str, str], workdir: Path) -> tuple[in
             code = int(exc.code or 0)
         finally:
             structlog.reset_defaults()  # the CLI configures structlog for itself
-            kvrules.plugin.reset_default_manager()  # KVRULES_* variables may have shaped it
+            kvrules.reset_default_manager()  # KVRULES_* variables may have shaped it
     return code, out.getvalue() + err.getvalue()
 
 
@@ -384,8 +385,11 @@ def readme_rules_table() -> set[tuple[str, str, int]]:
     return {(name, kind, int(priority)) for name, kind, priority in rows}
 
 
-def test_the_built_in_rules_table_lists_every_built_in_rule_and_kind() -> None:
-    registries = kvrules.get_plugin_manager(autoload=False).registries
+@pytest.mark.kvrules_pm(autoload=False)
+def test_the_built_in_rules_table_lists_every_built_in_rule_and_kind(
+    kvrules_pm: KVRulesPluginManager,
+) -> None:
+    registries = kvrules_pm.registries
     providers = registries.rules.providers
     builtin = {
         (rule.name, rule.kind, rule.priority)

@@ -15,7 +15,7 @@ import dist_workers
 import pytest
 
 import kvrules
-from kvrules import EngineConfig, Planner, get_plugin_manager
+from kvrules import EngineConfig, KVRulesPluginManager, Planner, get_plugin_manager
 from kvrules.distributed import plan_digest
 
 torch = pytest.importorskip("torch")
@@ -135,16 +135,18 @@ def test_without_an_initialised_group_it_says_what_to_do() -> None:
         plan_across_ranks({}, 0, EngineConfig(max_model_len=16))
 
 
-def test_digest_is_stable_and_sensitive() -> None:
+@pytest.mark.kvrules_pm(autoload=False)
+def test_digest_is_stable_and_sensitive(kvrules_pm: KVRulesPluginManager) -> None:
     plan = single_process_plan()
     assert plan_digest(plan) == plan_digest(single_process_plan())
-    smaller = Planner(plugin_manager=get_plugin_manager(autoload=False)).plan(
+    smaller = Planner(plugin_manager=kvrules_pm).plan(
         dist_workers.stages(48, WORLD), [1 << 30] * WORLD, EngineConfig.from_dict(dist_workers.CONFIG)
     )
     assert plan_digest(smaller) != plan_digest(plan)
 
 
-def test_spec_payloads_round_trip_and_deduplicate() -> None:
+@pytest.mark.kvrules_pm(autoload=False)
+def test_spec_payloads_round_trip_and_deduplicate(kvrules_pm: KVRulesPluginManager) -> None:
     from kvrules.distributed import decode_specs, encode_specs
 
     specs = dist_workers.model(60)
@@ -152,16 +154,19 @@ def test_spec_payloads_round_trip_and_deduplicate() -> None:
     assert len(payload["table"]) == 2  # two distinct specs for 60 layers
     json.dumps(payload)
     cache: dict[str, Any] = {}
-    types = get_plugin_manager(autoload=False).registries.spec_types.classes
+    types = kvrules_pm.registries.spec_types.classes
     assert decode_specs(payload, types, cache) == specs
     assert len(cache) == 2
 
 
-def test_every_rank_builds_the_same_error_from_the_gathered_payloads() -> None:
+@pytest.mark.kvrules_pm(autoload=False)
+def test_every_rank_builds_the_same_error_from_the_gathered_payloads(
+    kvrules_pm: KVRulesPluginManager,
+) -> None:
     """The local half of the protocol, without processes: what every rank computes from the gather."""
     from kvrules.distributed import _check_agreement, _payload, _plan_gathered
 
-    planner = Planner(plugin_manager=get_plugin_manager(autoload=False))
+    planner = Planner(plugin_manager=kvrules_pm)
     config = EngineConfig.from_dict(dist_workers.CONFIG)
     stages = dist_workers.stages(48, 2)
     payloads = [{"ok": _payload(stage, 1 << 20, config, planner)} for stage in stages]

@@ -78,7 +78,12 @@ def test_default_gains_where_vllm_pads(
 def test_default_aligns_block_sizes_at_cpu_engine_start(engines: dict[str, EngineRun]) -> None:
     align = engines["default"]["gdn-hybrid+wide-draft"]["align"]
     assert align["outcome"] == "applied" and align["rule"] == "draft-aware-align", align
-    assert align["details"]["vllm"]["block_size"] == 256 and align["details"]["chosen"]["block_size"] == 128
+    vllm, chosen = align["details"]["vllm"], align["details"]["chosen"]
+    # the figures follow the CPU attention kernel's block alignment, which differs by ISA (256 -> 128
+    # on one machine, 384 -> 256 on an AMX one); everywhere: a smaller attention block than vLLM's,
+    # and Mamba's block kept (the capacity this gives is test_default_gains_where_vllm_pads')
+    assert chosen["block_size"] < vllm["block_size"], align
+    assert chosen["mamba_block_size"] == vllm["mamba_block_size"], align
 
 
 def logged_capacity(output: str, process: str) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvrules.errors import ConfigError
-from kvrules.fit.gpus import catalog, find_gpu
+from kvrules.sizing.gpus import catalog, find_gpu
 
 
 def test_every_entry_has_a_source_for_each_figure_it_gives() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvrules.fit.params import count_params
+from kvrules.sizing.params import count_params
 
 DATA = Path(__file__).parent.parent / "data"
 PUBLISHED = json.loads((DATA / "fit" / "published_params.json").read_text(encoding="utf-8"))

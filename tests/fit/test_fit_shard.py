@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvrules.fit.shard import shard_weights
+from kvrules.sizing.shard import shard_weights
 
 HF = Path(__file__).parent.parent / "data" / "hf"
 

@@ -64,7 +64,7 @@ def _plan_check(argv: Sequence[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     import kvrules
-    from kvrules.plugin import default_manager
+    from kvrules import default_manager
 
     types = default_manager().registries.spec_types.classes
     try:

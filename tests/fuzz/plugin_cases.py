@@ -34,6 +34,7 @@ import kvrules
 from fuzz.draw import Draw
 from fuzz.invariants import InvariantBroken, check_plan_invariants
 from fuzz.outcome import BLAME, BROKEN, ERROR, OK, Outcome, from_exception, head, time_limit
+from kvrules import get_plugin_manager, resolve_strategies
 from kvrules.plugin import (
     Aligner,
     Allocator,
@@ -49,9 +50,7 @@ from kvrules.plugin import (
     ViewLayout,
     applies,
     declines,
-    get_plugin_manager,
     hookimpl,
-    resolve_strategies,
 )
 
 PLUGIN = "fuzz-plugin"

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvrules
-from kvrules import PluginError
+from kvrules import KVRulesPluginManager, PluginError
 from kvrules.hf import AlignContext, HFOptions, build_hf_model, hybrid_block_size
 from kvrules.hf.examples import load_hf_example_info
 from kvrules.plugin.presets import BUILTIN_PRESETS
@@ -28,9 +28,10 @@ def build(name: str, strategies: Any = "vllm", plugin_manager: Any = None, **opt
     )
 
 
-def test_hybrid_align_is_in_the_vllm_preset_and_default() -> None:
+@pytest.mark.kvrules_pm(autoload=False)
+def test_hybrid_align_is_in_the_vllm_preset_and_default(kvrules_pm: KVRulesPluginManager) -> None:
     assert "hybrid-align" in BUILTIN_PRESETS["vllm"]
-    pm = kvrules.get_plugin_manager(autoload=False)
+    pm = kvrules_pm
     rule = pm.registries.rules.rules["hybrid-align"]
     assert rule.kind == "align" and rule.stage == "align" and rule.default
 
@@ -84,12 +85,13 @@ def test_non_hybrid_models_are_declined() -> None:
     assert "no Mamba" in decision.reason
 
 
-def test_without_the_aligner_blocks_stay_as_configured() -> None:
+@pytest.mark.kvrules_pm(autoload=False, blocked=["align"])
+def test_without_the_aligner_blocks_stay_as_configured(kvrules_pm: KVRulesPluginManager) -> None:
     # a strategy list that names no aligner keeps the preset's aligner
     model = build(NEMOTRON, strategies=["vllm", "mamba-pad"], mamba_ssm_cache_dtype="bfloat16")
     assert {s.block_size for s in model.specs.values()} == {672}
     # with the align plugin blocked, nothing aligns: the backend's 16-token blocks stay
-    pm = kvrules.get_plugin_manager(autoload=False, blocked=["align"])
+    pm = kvrules_pm
     unaligned = build(NEMOTRON, strategies=None, plugin_manager=pm)
     assert {s.block_size for s in unaligned.specs.values()} == {16}
     assert any(d.stage == "align" and d.outcome == "declined" for d in unaligned.decisions)
@@ -160,8 +162,9 @@ class _Plugin:
         registry.add(self.rule)
 
 
-def test_a_plugin_aligner_runs_first_and_the_rest_decline() -> None:
-    pm = kvrules.get_plugin_manager(autoload=False, plugins=[_Plugin(FixedBlock())])
+@pytest.mark.kvrules_pm(autoload=False, plugins=[_Plugin(FixedBlock())])
+def test_a_plugin_aligner_runs_first_and_the_rest_decline(kvrules_pm: KVRulesPluginManager) -> None:
+    pm = kvrules_pm
     model = build(
         "hf-qwen3-coder-next", strategies=["vllm", "test-fixed-block", "hybrid-align"], plugin_manager=pm
     )
@@ -170,8 +173,9 @@ def test_a_plugin_aligner_runs_first_and_the_rest_decline() -> None:
     assert outcomes == [("test-fixed-block", "applied"), ("hybrid-align", "declined")]
 
 
-def test_an_aligner_touching_other_fields_is_a_faulty_plugin() -> None:
-    pm = kvrules.get_plugin_manager(autoload=False, plugins=[_Plugin(Faulty())])
+@pytest.mark.kvrules_pm(autoload=False, plugins=[_Plugin(Faulty())])
+def test_an_aligner_touching_other_fields_is_a_faulty_plugin(kvrules_pm: KVRulesPluginManager) -> None:
+    pm = kvrules_pm
     with pytest.raises(PluginError, match=r"test-faulty.*block_size"):
         build("hf-qwen3-coder-next", strategies=["test-faulty"], plugin_manager=pm)
 

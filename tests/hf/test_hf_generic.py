@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import run_cli
 
 import kvrules
-from kvrules import KVCacheSpec, ModelFileError
+from kvrules import KVCacheSpec, KVRulesPluginManager, ModelFileError
 from kvrules.hf import HFConfig, HFOptions, build_hf_model, layers
 from kvrules.hf.examples import load_hf_example_info
 from kvrules.hf.select import CACHE_KEYS, reads, tracked
@@ -364,8 +364,9 @@ class _BlindPlugin:
         registry.add(_WindowBlind())
 
 
-def test_a_plugin_that_drops_a_window_is_refused() -> None:
-    pm = kvrules.get_plugin_manager(autoload=False, plugins=[_BlindPlugin()])
+@pytest.mark.kvrules_pm(autoload=False, plugins=[_BlindPlugin()])
+def test_a_plugin_that_drops_a_window_is_refused(kvrules_pm: KVRulesPluginManager) -> None:
+    pm = kvrules_pm
     assert build_hf_model(UNKNOWN, None, HFOptions(), plugin_manager=pm).target.architecture == "window-blind"
     with pytest.raises(ModelFileError, match=r"'sliding_window' .*'window-blind' does not use"):
         build_hf_model({**UNKNOWN, "sliding_window": 1024}, None, HFOptions(), plugin_manager=pm)
@@ -425,7 +426,8 @@ def test_the_generic_example_in_the_docs_runs(capsys: pytest.CaptureFixture[str]
     assert "every layer slides" in capsys.readouterr().out
 
 
-def test_the_docs_list_every_built_in_architecture() -> None:
+@pytest.mark.kvrules_pm(autoload=False)
+def test_the_docs_list_every_built_in_architecture(kvrules_pm: KVRulesPluginManager) -> None:
     text = DOCS.read_text(encoding="utf-8")
-    for arch in kvrules.get_plugin_manager(autoload=False).registries.architectures.ordered():
+    for arch in kvrules_pm.registries.architectures.ordered():
         assert f"`{arch.name}`" in text, arch.name

@@ -29,13 +29,13 @@ from kvrules import (
     HiddenStateCacheSpec,
     KVCacheSpec,
     KVRulesError,
+    KVRulesPluginManager,
     MambaSpec,
     Plan,
     Planner,
     SlidingWindowSpec,
     SpecError,
     UniformTypeKVCacheSpecs,
-    get_plugin_manager,
     hookimpl,
 )
 from kvrules.allocation import Allocator
@@ -425,11 +425,12 @@ def _edited(plan: Plan, **tensor: Any) -> Plan:
         ({"size": 1.5}, r"tensor 0 of worker 0: size = 1\.5 is not allowed"),
     ],
 )
+@pytest.mark.kvrules_pm(plugins=[NeverAskedPlugin()])
 def test_d17_allocate_refuses_sizes_beyond_max_bytes_before_asking_the_allocator(
-    tensor: dict[str, Any], message: str
+    tensor: dict[str, Any], message: str, kvrules_pm: KVRulesPluginManager
 ) -> None:
     plan = _edited(kvrules.plan({"a": full()}, GiB, CFG), **tensor)
-    pm = get_plugin_manager(plugins=[NeverAskedPlugin()])
+    pm = kvrules_pm
     with pytest.raises(AllocationError, match=message):
         kvrules.allocate(plan, "meta", plugin_manager=pm)
 
@@ -540,7 +541,7 @@ def test_extreme_in_bound_values_plan_or_raise_a_kvrules_error(
 def test_the_grouping_search_asks_each_distinct_shape_once_in_closed_form() -> None:
     """``shape_changes`` finds the first size of every distinct ``cdiv(length, size)`` shape that a
     scan over every size from 1 to the longest bucket finds, with O(sqrt) sizes, not one per layer."""
-    from kvrules.plugin.grouping import shape_changes
+    from kvrules.grouping import shape_changes
     from kvrules.specs.base import cdiv
 
     def scan(lengths: list[int]) -> list[int]:

@@ -17,6 +17,7 @@ from kvrules import (
     FullAttentionSpec,
     KVCacheGroup,
     KVCacheSpec,
+    KVRulesPluginManager,
     MambaSpec,
     Plan,
     Planner,
@@ -28,8 +29,7 @@ from kvrules import (
 )
 from kvrules.errors import CapacityError
 from kvrules.examples import load_example
-from kvrules.pipeline.capacity import total_blocks_per_request
-from kvrules.plugin import (
+from kvrules.grouping import (
     Candidate,
     GroupingCost,
     Pool,
@@ -44,6 +44,7 @@ from kvrules.plugin import (
     vllm_grouping,
     vllm_grouping_cost,
 )
+from kvrules.pipeline.capacity import total_blocks_per_request
 from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.plugin.registry import RuleRegistry
 from kvrules.testing.checks import check_rule
@@ -87,10 +88,11 @@ def test_rules_are_default_but_not_in_the_vllm_preset() -> None:
 
 
 @pytest.mark.parametrize("rule", [MinPadding(), SpeculatorGroup(), DraftAwareAlign()], ids=lambda r: r.name)
-def test_rules_keep_the_rule_contract(rule: Any) -> None:
+@pytest.mark.kvrules_pm(autoload=False)
+def test_rules_keep_the_rule_contract(rule: Any, kvrules_pm: KVRulesPluginManager) -> None:
     # aligners run when specs are built from a config, not while planning: static checks only
     asked = rule.kind != "align"
-    check_rule(rule, plugin_manager=get_plugin_manager(autoload=False), require_asked=asked)
+    check_rule(rule, plugin_manager=kvrules_pm, require_asked=asked)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from kvrules import (
     EngineConfig,
     HiddenStateCacheSpec,
     KVCacheSpec,
+    KVRulesPluginManager,
     MLAAttentionSpec,
     Planner,
     SlidingWindowMLASpec,
@@ -127,7 +128,7 @@ def test_pipeline_stages_count_the_groups_they_do_not_hold() -> None:
     assert [w.layout for w in plan.workers] == ["per-layer", "packed"]
 
 
-def test_vllm_028s_estimate_is_kept_where_it_is_the_larger() -> None:
+def test_vllm_028s_estimate_is_kept_where_it_is_the_larger(kvrules_pm: KVRulesPluginManager) -> None:
     """c10e (DeepSeek-V4-like): vLLM 0.28's layer-tuple estimate exceeds blocks x block bytes,
     so the memory check (and auto-fit) still answer as vLLM 0.28 does."""
     case = load_case("quantized/c10e_dsv4_like_fp8_ds_mla")
@@ -136,7 +137,7 @@ def test_vllm_028s_estimate_is_kept_where_it_is_the_larger() -> None:
     tuples = max(s.num_layer_tuples() for s in specs)  # type: ignore[attr-defined]
     pages = sum(blocks_of(s, plan.config) for s in specs)
     vllm_028 = tuples * sum(specs[0].page_sizes()) * pages  # type: ignore[attr-defined]
-    layout = kvrules.get_plugin_manager().registries.rules.rules["packed"]
+    layout = kvrules_pm.registries.rules.rules["packed"]
     assert layout.request_bytes(plan.groups, plan.config) == vllm_028
     assert vllm_028 > plan.workers[0].tensors[0].block_stride * pages
 

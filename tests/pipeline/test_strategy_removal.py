@@ -10,10 +10,10 @@ import pytest
 from cli_helpers import run_cli as run
 
 import kvrules
-from kvrules import EngineConfig, Planner, PluginError
+from kvrules import EngineConfig, Planner, PluginError, resolve_strategies
 from kvrules.examples import load_example
 from kvrules.plan import Plan
-from kvrules.plugin import Grouper, hookimpl, resolve_strategies
+from kvrules.plugin import Grouper, hookimpl
 
 GEMMA = load_example("gemma3-27b")  # groupers decide its groups: min-padding and vllm-group-size
 CONFIG = EngineConfig(max_model_len=131072)

@@ -60,13 +60,14 @@ kvrules.rules           | Aligner applies declines              | kvrules.plugin
 kvrules.context         | PlanContext                           | kvrules.plugin   | deprecated | docs/plugins.md
 kvrules.registry        | RuleRegistry                          | kvrules.plugin   | deprecated | docs/plugins.md
 kvrules.registry        | NamedPlugin                           | kvrules.plugin   | deprecated | docs/allocation.md (prose)
-kvrules.plugin_manager  | enable_trace get_plugin_manager       | kvrules.plugin   | deprecated | docs/plugins.md (prose)
+kvrules.plugin_manager  | enable_trace get_plugin_manager       | kvrules          | deprecated | docs/plugins.md (prose)
 kvrules.modelfile       | load_example                          | kvrules.examples | deprecated | docs/allocation.md, docs/beyond-vllm.md, docs/vllm.md
 kvrules.modelfile       | example_names                         | kvrules.examples | deprecated | the rest of the shim
 kvrules.modelfile       | ModelFile load_model_file parse_model | kvrules.model    | deprecated | the rest of the shim
 kvrules.hookspecs       | hookimpl kvrules_register_spec_types kvrules_register_rules kvrules_register_allocators kvrules_register_architectures | kvrules.plugin.hookspecs | deprecated | README.md, docs/plugins.md (prose)
-kvrules.strategies      | DEFAULT_SET StrategySet StrategySpec resolve_strategies | kvrules.plugin | deprecated | the shim (not in the docs)
-kvrules                 | get_plugin_manager hookimpl           | kvrules.plugin   | public     | docs/beyond-vllm.md
+kvrules.strategies      | DEFAULT_SET StrategySet StrategySpec resolve_strategies | kvrules | deprecated | the shim (not in the docs)
+kvrules                 | get_plugin_manager                    | kvrules.plugin.manager | public | docs/beyond-vllm.md
+kvrules                 | hookimpl                              | kvrules.plugin   | public     | docs/beyond-vllm.md
 kvrules                 | EngineConfig Planner                  | -                | public     | docs/beyond-vllm.md, docs/hf.md
 kvrules.allocation      | Allocator Placement ViewLayout        | kvrules.plugin   | public     | docs/allocation.md, examples/kvrules-kpool-tail
 kvrules.allocation      | Allocation allocate                   | kvrules          | public     | the 0.1 API of the module
@@ -75,14 +76,14 @@ kvrules.hf              | Architecture AlignContext             | kvrules.plugin
 kvrules.hf              | BuildSettings HFConfig layers         | -                | public     | docs/hf.md
 kvrules.hf              | HFOptions build_hf_model model_from_hf specs_from_hf | - | public  | docs/hf.md
 kvrules.specs           | KVCacheSpec UniformTypeKVCacheSpecs spec_to_dict | kvrules | public | docs/hf.md, docs/plugins.md, examples/kvrules-kpool-tail
-kvrules.specs           | cdiv round_up                         | kvrules.plugin   | public     | docs/plugins.md, examples/kvrules-kpool-tail
+kvrules.specs           | cdiv round_up                         | kvrules.specs.base | public   | docs/plugins.md, examples/kvrules-kpool-tail
 kvrules.testing         | check_plugin Scenario sample_scenarios CapturedDecisions | - | public | docs/plugins.md, examples/kvrules-kpool-tail
 kvrules.distributed     | plan_across_ranks                     | -                | public     | docs/distributed.md, examples/plan_across_ranks.py
 kvrules.integrations    | vllm                                  | -                | public     | docs/vllm.md
 kvrules.plugin.rules    | Check LayerStrategy Layout applies declines | kvrules.plugin | public | examples/kvrules-kpool-tail
 kvrules.plugin.context  | PlanContext                           | kvrules.plugin   | public     | examples/kvrules-kpool-tail
 kvrules.plugin.registry | AllocatorRegistry RuleRegistry SpecTypeRegistry | kvrules.plugin | public | examples/kvrules-kpool-tail
-kvrules.plugin.manager  | KVRulesPluginManager                  | kvrules.plugin   | public     | examples/kvrules-kpool-tail
+kvrules.plugin.manager  | KVRulesPluginManager                  | kvrules          | public     | examples/kvrules-kpool-tail
 kvrules.model           | load_model_file                       | -                | public     | examples/kvrules-kpool-tail
 """
 )

@@ -22,7 +22,7 @@ import pytest
 import structlog
 
 import kvrules
-from kvrules import Planner, PluginError, get_plugin_manager
+from kvrules import KVRulesPluginManager, Planner, PluginError, get_plugin_manager
 from kvrules.cli.main import main
 from kvrules.model import load_model_file
 
@@ -79,13 +79,29 @@ def env_with(site: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def test_installing_adds_spec_type_rule_and_layouts(installed: Path) -> None:
-    regs = get_plugin_manager().registries
+def test_installing_adds_spec_type_rule_and_layouts(
+    installed: Path, kvrules_pm: KVRulesPluginManager
+) -> None:
+    regs = kvrules_pm.registries
     expected = "plugin 'kpool-tail' (kvrules-kpool-tail 0.1.0)"
     assert regs.spec_types.providers["kpool_tail"] == expected
     assert regs.rules.providers["kpool-tail-pad"] == expected
     assert regs.rules.providers["kpool-dedicated"] == expected
     assert regs.allocators.view_layout_providers["kpool-ring"] == expected
+
+
+def test_the_docs_test_pattern_works_with_the_plugin_installed(
+    installed: Path, kvrules_pm: KVRulesPluginManager
+) -> None:
+    """docs/plugins.md's pattern, ``kvrules_pm.register(plugin, name=...)``, in the plugin's own
+    tests once it is installed: the kit's manager already holds it, registering it again is a no-op."""
+    plugin = importlib.import_module(f"{PACKAGE}.plugin")
+    assert kvrules_pm.get_plugin("kpool-tail") is plugin
+    before = kvrules_pm.list_name_plugin()
+    assert kvrules_pm.register(plugin, name="kpool-tail") == "kpool-tail"
+    assert kvrules_pm.register(plugin, name="test-kpool-tail") == "kpool-tail"
+    assert kvrules_pm.list_name_plugin() == before
+    assert "kpool-tail-pad" in kvrules_pm.registries.rules.rules
 
 
 def test_strategies_lists_all_three(installed: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,11 +112,13 @@ def test_strategies_lists_all_three(installed: Path, capsys: pytest.CaptureFixtu
         assert "plugin 'kpool-tail' (kvrules-kpool-tail 0.1.0)" in line
 
 
-def test_plan_uses_the_plugin_end_to_end(installed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_uses_the_plugin_end_to_end(
+    installed: Path, capsys: pytest.CaptureFixture[str], kvrules_pm: KVRulesPluginManager
+) -> None:
     assert main(["plan", str(MODEL), "--json"]) == 0
     plan = kvrules.Plan.from_dict(
         json.loads(capsys.readouterr().out),
-        spec_types=get_plugin_manager().registries.spec_types.classes,
+        spec_types=kvrules_pm.registries.spec_types.classes,
     )
     tails = {n: s for n, s in plan.specs.items() if s.type_name == "kpool_tail"}
     assert len(tails) == 8
@@ -112,8 +130,8 @@ def test_plan_uses_the_plugin_end_to_end(installed: Path, capsys: pytest.Capture
     assert plan.num_blocks == 2048  # the 1 GiB worker: 4 tensors x 128 KiB per block
 
 
-def test_custom_layouts_plan_and_allocate(installed: Path) -> None:
-    pm = get_plugin_manager()
+def test_custom_layouts_plan_and_allocate(installed: Path, kvrules_pm: KVRulesPluginManager) -> None:
+    pm = kvrules_pm
     model = load_model_file(MODEL, pm.registries.spec_types.classes)
     config = kvrules.EngineConfig.from_dict(model.engine)
     plan = Planner(["kpool-dedicated"], plugin_manager=pm).plan(

@@ -17,6 +17,7 @@ import pytest
 from test_readme import ROOT, Outcome, blocks, run_documents
 
 import kvrules
+from kvrules import KVRulesPluginManager
 from kvrules.cli.listing import plain_text
 from kvrules.plugin import hookspecs
 from kvrules.testing import ConformanceError, check_plugin, registered
@@ -114,8 +115,9 @@ def test_the_minimal_plugin_plans_and_conforms(acme: ModuleType) -> None:
     assert "acme-pad" not in blocked.registries.rules.rules
 
 
-def test_the_documented_trace_lines_look_like_the_real_trace() -> None:
-    pm = kvrules.get_plugin_manager(autoload=False)
+@pytest.mark.kvrules_pm(autoload=False)
+def test_the_documented_trace_lines_look_like_the_real_trace(kvrules_pm: KVRulesPluginManager) -> None:
+    pm = kvrules_pm
     from io import StringIO
 
     from kvrules.plugin.manager import enable_trace

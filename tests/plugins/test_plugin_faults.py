@@ -34,8 +34,8 @@ import faulty_plugins as fp
 import pytest
 
 import kvrules
+from kvrules import KVRulesPluginManager, get_plugin_manager
 from kvrules.hf import build_hf_model
-from kvrules.plugin import KVRulesPluginManager, get_plugin_manager
 from kvrules.plugin.ask import _late_spec_fault as late_spec_fault
 
 CFG = kvrules.EngineConfig(max_model_len=4096)

@@ -9,9 +9,9 @@ import faulty_plugins as fp
 import pytest
 
 import kvrules
-from kvrules import EngineConfig, FullAttentionSpec, SpecError
+from kvrules import EngineConfig, FullAttentionSpec, SpecError, get_plugin_manager
 from kvrules.cli.common import error_text
-from kvrules.plugin import PlanContext, get_plugin_manager
+from kvrules.plugin import PlanContext
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import structlog
 
 import kvrules
 import kvrules.testing as kit
-from kvrules import EngineConfig, FullAttentionSpec, KVCacheSpec, SpecError, hookimpl
+from kvrules import EngineConfig, FullAttentionSpec, KVCacheSpec, PluginError, SpecError, hookimpl
 from kvrules.allocation import Allocator, Placement, ViewLayout
 from kvrules.plan import KVCacheGroup, KVCacheTensor
 from kvrules.plugin.context import PlanContext
@@ -407,6 +407,31 @@ def test_kvrules_pm_is_fresh_and_sees_late_registrations(kvrules_pm: KVRulesPlug
     assert "test-good-pad" not in kvrules_pm.registries.rules.rules
 
 
+class _LatePlugin:
+    @hookimpl
+    def kvrules_register_rules(self, registry: Any) -> None:
+        registry.add(GoodPad())
+
+
+@pytest.mark.kvrules_pm(autoload=False, blocked=["beyond-vllm"])
+def test_a_kvrules_pm_mark_builds_the_manager_with_those_arguments(kvrules_pm: KVRulesPluginManager) -> None:
+    assert kvrules_pm.is_blocked("beyond-vllm")
+    assert "min-padding" not in kvrules_pm.registries.rules.rules
+    assert "vllm-group-size" in kvrules_pm.registries.rules.rules
+
+
+@pytest.mark.kvrules_pm(plugins=[_LatePlugin()])
+def test_a_kvrules_pm_mark_registers_its_plugins(kvrules_pm: KVRulesPluginManager) -> None:
+    assert "test-good-pad" in kvrules_pm.registries.rules.rules
+    assert "min-padding" in kvrules_pm.registries.rules.rules  # the built-ins are still there
+
+
+@pytest.mark.kvrules_pm(autoloads=False)
+def test_a_kvrules_pm_mark_with_a_wrong_keyword_is_a_plugin_error(request: pytest.FixtureRequest) -> None:
+    with pytest.raises(PluginError, match=r"takes the keywords autoload, plugins and blocked.*'autoloads'"):
+        request.getfixturevalue("kvrules_pm")
+
+
 def test_make_specs_builds_models(make_specs: Callable[..., dict[str, KVCacheSpec]]) -> None:
     spec = ring()
     specs = make_specs("full", spec, repeat=2)
@@ -421,10 +446,13 @@ def test_make_specs_builds_models(make_specs: Callable[..., dict[str, KVCacheSpe
         make_specs("nope")
 
 
+@pytest.mark.kvrules_pm(autoload=False)
 def test_captured_decisions_sees_every_decision(
-    captured_decisions: CapturedDecisions, make_specs: Callable[..., dict[str, KVCacheSpec]]
+    captured_decisions: CapturedDecisions,
+    make_specs: Callable[..., dict[str, KVCacheSpec]],
+    kvrules_pm: KVRulesPluginManager,
 ) -> None:
-    plan = kvrules.Planner("vllm", plugin_manager=get_plugin_manager(autoload=False)).plan(
+    plan = kvrules.Planner("vllm", plugin_manager=kvrules_pm).plan(
         make_specs("full", "sliding", repeat=2), 1 << 30, EngineConfig(max_model_len=1024)
     )
     assert captured_decisions.decisions == list(plan.decisions)
@@ -434,8 +462,9 @@ def test_captured_decisions_sees_every_decision(
     assert len(captured_decisions) == 0
 
 
-def test_sample_scenarios_plan_or_fail_with_kvrules_errors() -> None:
-    planner = kvrules.Planner(plugin_manager=get_plugin_manager(autoload=False))
+@pytest.mark.kvrules_pm(autoload=False)
+def test_sample_scenarios_plan_or_fail_with_kvrules_errors(kvrules_pm: KVRulesPluginManager) -> None:
+    planner = kvrules.Planner(plugin_manager=kvrules_pm)
     failed = []
     for scenario in kit.sample_scenarios():
         try:
@@ -469,11 +498,12 @@ def app_logs_warnings_only() -> Iterator[None]:
     structlog.reset_defaults()
 
 
+@pytest.mark.kvrules_pm(autoload=False)
 def test_captured_decisions_despite_the_application_s_level(
-    app_logs_warnings_only: None, captured_decisions: CapturedDecisions
+    app_logs_warnings_only: None, captured_decisions: CapturedDecisions, kvrules_pm: KVRulesPluginManager
 ) -> None:
     specs = kit.make_specs("full", "sliding")
-    plan = kvrules.Planner("vllm", plugin_manager=get_plugin_manager(autoload=False)).plan(
+    plan = kvrules.Planner("vllm", plugin_manager=kvrules_pm).plan(
         specs, 1 << 30, EngineConfig(max_model_len=1024)
     )
     assert captured_decisions.decisions == list(plan.decisions)

@@ -31,6 +31,7 @@ from kvrules import (
     GroupingError,
     KVCacheSpec,
     KVRulesError,
+    KVRulesPluginManager,
     MLAAttentionSpec,
     Planner,
     SlidingWindowMLASpec,
@@ -256,15 +257,17 @@ def test_the_033_rules_stay_out_of_the_default_set() -> None:
 @pytest.mark.parametrize(
     "rule", ["attention-pad", "layout-packing", "backing-layer-outer", "backing-block-outer"]
 )
-def test_the_033_rules_pass_the_conformance_kit(rule: str) -> None:
+def test_the_033_rules_pass_the_conformance_kit(rule: str, kvrules_pm: KVRulesPluginManager) -> None:
     from kvrules.testing.checks import check_rule
 
-    registry = kvrules.get_plugin_manager().registries.rules
+    registry = kvrules_pm.registries.rules
     report = check_rule(registry.rules[rule])
     assert report.rule == rule
 
 
-def test_a_layer_outermost_layout_refuses_mixed_pages_in_several_groups() -> None:
+def test_a_layer_outermost_layout_refuses_mixed_pages_in_several_groups(
+    kvrules_pm: KVRulesPluginManager,
+) -> None:
     """vLLM 0.33's validate_kv_cache_layout: c10e under LBNHC does not plan (its MLA pages
     cannot be padded either), and the layout says why when asked directly."""
     case = load_case("quantized/c10e_dsv4_like_fp8_ds_mla", "vllm-0.33")
@@ -272,7 +275,7 @@ def test_a_layer_outermost_layout_refuses_mixed_pages_in_several_groups() -> Non
     with pytest.raises(KVRulesError):
         Planner("vllm-0.33").plan(case.workers, case.memory, layer_outer)
     packed = Planner("vllm-0.33").plan(case.workers, case.memory, case.config)
-    layout = kvrules.get_plugin_manager().registries.rules.rules["backing-layer-outer"]
+    layout = kvrules_pm.registries.rules.rules["backing-layer-outer"]
     assert isinstance(layout, Layout)
     ctx, _ = Planner("vllm-0.33").context(layer_outer)
     check = layout.check(packed.groups, ctx)

@@ -29,6 +29,7 @@ from kvrules import (
     FullAttentionSpec,
     GroupingError,
     KVQuantMode,
+    KVRulesPluginManager,
     MambaSpec,
     MLAAttentionSpec,
     SinkFullAttentionSpec,
@@ -178,13 +179,13 @@ def test_unknown_vllm_spec_class_is_an_error_naming_layer_and_type() -> None:
         kv_vllm.from_vllm_specs({"model.layers.0": rswa})
 
 
-def test_a_registered_spec_type_of_that_name_converts() -> None:
+def test_a_registered_spec_type_of_that_name_converts(kvrules_pm: KVRulesPluginManager) -> None:
     @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
     class RSWASpec(FullAttentionSpec):  # what a plugin would register
         type_name: ClassVar[str] = "rswa"
         rswa_window: int
 
-    types_ = {**kvrules.get_plugin_manager().registries.spec_types.classes, "rswa": RSWASpec}
+    types_ = {**kvrules_pm.registries.spec_types.classes, "rswa": RSWASpec}
     rswa = vs.RSWASpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16, rswa_window=32)
     converted = kv_vllm.from_vllm_spec(rswa, layer="model.layers.0", spec_types=types_)
     assert type(converted) is RSWASpec and converted.page_size_bytes == rswa.page_size_bytes
@@ -486,8 +487,10 @@ def test_a_cached_spec_never_comes_back_as_another_vllm_lines_object(fresh_state
     assert type(on_027.kv_cache_spec) is CLASSES_027.specs["FullAttentionSpec"]
 
 
-def test_a_plugin_manager_of_its_own_keeps_its_own_state(fresh_states: None) -> None:
-    own = kv_vllm.VllmAdapter("vllm", plugin_manager=kvrules.get_plugin_manager(), classes=CLASSES)
+def test_a_plugin_manager_of_its_own_keeps_its_own_state(
+    fresh_states: None, kvrules_pm: KVRulesPluginManager
+) -> None:
+    own = kv_vllm.VllmAdapter("vllm", plugin_manager=kvrules_pm, classes=CLASSES)
     assert own.planner is not adapter().planner and own.cache is not adapter().cache
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import kvrules
 import pytest
+from kvrules import KVRulesPluginManager
 from kvrules.model import load_model_file
-from kvrules.plugin import KVRulesPluginManager
 from kvrules.testing import (
     CapturedDecisions,
     Scenario,

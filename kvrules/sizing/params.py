@@ -1,7 +1,7 @@
 """The parameter count of a Hugging Face config: every tensor of the checkpoint, per component.
 
 :func:`weight_table` reads a config (an :class:`~kvrules.hf.config.HFConfig`, a path, or a
-decoded dict) into a :class:`~kvrules.fit.weights.WeightTable`: one record per checkpoint tensor,
+decoded dict) into a :class:`~kvrules.sizing.weights.WeightTable`: one record per checkpoint tensor,
 named and shaped as the checkpoint stores it. :func:`count_params` sums it into a
 :class:`ParamCount`.
 
@@ -13,7 +13,7 @@ Contract:
 * **what the checkpoint holds**: tied embeddings are counted once; the checkpoint's MTP / draft
   layers (DeepSeek's ``num_nextn_predict_layers``, GLM-4.5's, Qwen3-Next's ``mtp.*``) are counted
   under the role ``mtp``; a multimodal checkpoint's vision tower and projector under ``vision``
-  (:mod:`kvrules.fit.vision`) when kvrules knows the tower, else the count is of the language
+  (:mod:`kvrules.sizing.vision`) when kvrules knows the tower, else the count is of the language
   model only and :attr:`ParamCount.complete` is ``False`` with a note saying so;
 * **two totals**: :attr:`ParamCount.total` counts logical parameters (a quantised weight counts
   ``out * in``); :attr:`ParamCount.stored_elements` counts the checkpoint's tensor elements as
@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from kvrules.errors import ModelFileError
-from kvrules.fit import dense, hybrid, vision
-from kvrules.fit.build import Builder
-from kvrules.fit.quant import Scheme, scheme_of, stored_elements
-from kvrules.fit.weights import Role, WeightTable
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import resolve_model_dtype
+from kvrules.sizing import dense, hybrid, vision
+from kvrules.sizing.build import Builder
+from kvrules.sizing.quant import Scheme, scheme_of, stored_elements
+from kvrules.sizing.weights import Role, WeightTable
 
 Reader = Callable[[Builder], tuple[int, int, int, bool]]
 
@@ -178,7 +178,7 @@ def reader_for(config: HFConfig) -> Reader:
 
 def weight_table(config: HFConfig | Mapping[str, Any] | str | Path) -> WeightTable:
     """Every tensor of the checkpoint ``config`` describes (language model, MTP layers, and the
-    vision tower when :mod:`kvrules.fit.vision` knows it)."""
+    vision tower when :mod:`kvrules.sizing.vision` knows it)."""
     cfg = as_config(config)
     read = reader_for(cfg)
     b = Builder(cfg)

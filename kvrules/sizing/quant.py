@@ -6,7 +6,7 @@ A :class:`Scheme` answers two questions for one ``[out, in]`` linear weight:
   (packed weights, scales, zero points, group indices), which is what a model card's
   "safetensors total" counts (Hugging Face counts elements, whatever their dtype);
 * :meth:`Scheme.memory_bytes`: the bytes vLLM holds for it on one rank, given that rank's
-  ``out`` and ``in`` (:mod:`kvrules.fit.shard` divides them first).
+  ``out`` and ``in`` (:mod:`kvrules.sizing.shard` divides them first).
 
 What each scheme leaves unquantised follows vLLM: embeddings, ``lm_head``, norms, routers, convs
 and every tensor that is not a linear weight stay in the model dtype; a module the config names
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrules.errors import ModelFileError
-from kvrules.fit.weights import Weight
 from kvrules.hf.config import HFConfig
+from kvrules.sizing.weights import Weight
 
 #: the ``quant_method`` values kvrules reads
 METHODS = ("fp8", "mxfp4", "awq", "gptq", "compressed-tensors", "modelopt")

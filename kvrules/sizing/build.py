@@ -1,8 +1,8 @@
 """The building blocks the architecture readers share: a :class:`Builder` that collects
-:class:`~kvrules.fit.weights.Weight` records, and the blocks most decoders are made of (attention,
+:class:`~kvrules.sizing.weights.Weight` records, and the blocks most decoders are made of (attention,
 gated MLP, routed experts, embeddings and ``lm_head``), each split the way vLLM's layer splits it.
 
-Every reader in :mod:`kvrules.fit.dense`, :mod:`kvrules.fit.hybrid` and :mod:`kvrules.fit.vision`
+Every reader in :mod:`kvrules.sizing.dense`, :mod:`kvrules.sizing.hybrid` and :mod:`kvrules.sizing.vision`
 calls these with the checkpoint's names, so the names in a quantisation config's ignore list
 (``lm_head``, ``model.layers.0.mlp.gate``) match the records.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvrules.fit.weights import Role, Segment, Split, Stage, Weight, WeightTable
 from kvrules.hf.config import HFConfig
+from kvrules.sizing.weights import Role, Segment, Split, Stage, Weight, WeightTable
 
 
 class Builder:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvrules.fit.build import (
+from kvrules.hf.config import HFConfig
+from kvrules.sizing.build import (
     Attention,
     Builder,
     attention,
@@ -23,8 +24,7 @@ from kvrules.fit.build import (
     head_dim,
     router,
 )
-from kvrules.fit.weights import Role, Split
-from kvrules.hf.config import HFConfig
+from kvrules.sizing.weights import Role, Split
 
 #: builds a layer's MoE block when the layer has one: ``(builder, prefix, layer) -> built?``
 MoEBlock = Callable[[Builder, str, int], bool]
@@ -43,7 +43,7 @@ class Family:
 
     :ivar tie_default: ``tie_word_embeddings`` when the config gives none (the class default).
     :ivar qkv_bias, o_bias, mlp_bias: a fixed answer, or the config field that gives it.
-    :ivar qk_norm: ``head`` / ``full`` QK norms (:class:`~kvrules.fit.build.Attention`).
+    :ivar qk_norm: ``head`` / ``full`` QK norms (:class:`~kvrules.sizing.build.Attention`).
     :ivar qk_norm_flag: the field that switches the QK norm on (``use_qk_norm``), if any.
     :ivar norms: the per-layer norms, by name.
     :ivar norm_bias: LayerNorms with a bias (StarCoder 2's ``use_bias``).

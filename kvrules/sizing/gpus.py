@@ -48,7 +48,7 @@ class GPU:
 @cache
 def catalog() -> tuple[GPU, ...]:
     """Every GPU of the packaged catalog, in its order."""
-    text = resources.files("kvrules.fit").joinpath("gpus.json").read_text(encoding="utf-8")
+    text = resources.files("kvrules.sizing").joinpath("gpus.json").read_text(encoding="utf-8")
     return tuple(
         GPU(
             name=e["name"],

@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from kvrules.errors import ConfigError
-from kvrules.fit.params import as_config, weight_table
-from kvrules.fit.quant import Scheme, scheme_of
-from kvrules.fit.weights import VOCAB_PADDING, Role, Split, Stage, Weight, WeightTable
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import resolve_model_dtype
+from kvrules.sizing.params import as_config, weight_table
+from kvrules.sizing.quant import Scheme, scheme_of
+from kvrules.sizing.weights import VOCAB_PADDING, Role, Split, Stage, Weight, WeightTable
 from kvrules.values import shown
 
 _BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

@@ -23,7 +23,7 @@ layers). Known towers:
 ``modeling_pixtral.py`` / ``modeling_mistral3.py`` and ``modeling_llama4.py``.)
 
 Any other ``vision_config`` is left out: the count covers the language model, and a note says
-the vision tower is not counted (:attr:`~kvrules.fit.params.ParamCount.complete` is ``False``).
+the vision tower is not counted (:attr:`~kvrules.sizing.params.ParamCount.complete` is ``False``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvrules.errors import ModelFileError
-from kvrules.fit.build import Builder
-from kvrules.fit.weights import Role, Split
+from kvrules.sizing.build import Builder
+from kvrules.sizing.weights import Role, Split
 
 #: the class defaults of the fields a tower's shapes need, where the file may leave them out
 #: (transformers' ``SiglipVisionConfig`` and ``Qwen2_5_VLVisionConfig``)

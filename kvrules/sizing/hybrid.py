@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvrules.fit.build import (
+from kvrules.hf.config import HFConfig
+from kvrules.sizing.build import (
     Attention,
     Builder,
     attention,
@@ -27,9 +28,8 @@ from kvrules.fit.build import (
     head_dim,
     router,
 )
-from kvrules.fit.dense import qwen_moe
-from kvrules.fit.weights import Role, Segment, Split
-from kvrules.hf.config import HFConfig
+from kvrules.sizing.dense import qwen_moe
+from kvrules.sizing.weights import Role, Segment, Split
 
 
 def mamba1_mixer(

@@ -16,8 +16,8 @@ with it under tensor and pipeline parallelism:
 * :attr:`Weight.role` separates the checkpoint's multi-token-prediction (MTP) layers and its
   vision tower from the language model, so a caller can count what the engine loads.
 
-The records are plain data; :mod:`kvrules.fit.params` builds them from a config,
-:mod:`kvrules.fit.shard` divides them.
+The records are plain data; :mod:`kvrules.sizing.params` builds them from a config,
+:mod:`kvrules.sizing.shard` divides them.
 """
 
 from __future__ import annotations
