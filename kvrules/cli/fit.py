@@ -10,6 +10,7 @@ from kvrules.cli import flags
 from kvrules.cli.common import add_common, output_path, plugin_manager_from, written_error
 from kvrules.errors import ConfigError
 from kvrules.hf.build import MTP
+from kvrules.hf.config import READERS
 from kvrules.hf.options import KV_CACHE_DTYPES
 from kvrules.plan import Plan
 from kvrules.report.fit import render_fit
@@ -76,6 +77,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         overhead=args.overhead,
         strategies=strategy_sets(args),
         allow_assumed_sizes=args.allow_assumed_sizes,
+        reader=args.hf_reader,
     )
     report = fit(args.hf_config, args.draft, options, plugin_manager=pm)
     if args.picture:
@@ -99,6 +101,12 @@ def register(subparsers: Any) -> None:
         "--hf-config", required=True, metavar="PATH", help="the model's config.json (or its directory)"
     )
     p.add_argument("--draft", metavar="CONFIG|mtp", help=f"a draft model's config.json, or '{MTP}'")
+    p.add_argument(
+        "--hf-reader",
+        choices=READERS,
+        default="auto",
+        help="how config.json is read: auto (the built-in reader for the model types it knows), builtin or transformers",
+    )
     gpu = p.add_mutually_exclusive_group(required=True)
     gpu.add_argument("--gpu", metavar="NAME", help=f"a GPU of kvrules' catalog: {names}")
     gpu.add_argument("--gpu-memory", metavar="SIZE", help="the GPU's total memory, e.g. 80GiB")

@@ -776,6 +776,29 @@ _INTERMEDIATE = {
 for _type, _width in _INTERMEDIATE.items():
     _entry = CLASS_DEFAULTS[_type]
     CLASS_DEFAULTS[_type] = dataclasses.replace(_entry, values={**_entry.values, "intermediate_size": _width})
+#: other class defaults the parameter count reads (kvrules.sizing), where a stored config leaves
+#: them out: expert widths and counts, vocabularies of multimodal text configs, bias switches
+_SIZING: dict[str, dict[str, Any]] = {
+    "glm4_moe": {"moe_intermediate_size": 1408, "n_shared_experts": 1},
+    "ernie4_5_moe": {
+        "moe_intermediate_size": 1536,
+        "moe_num_shared_experts": 2,
+        "moe_layer_start_index": 1,
+        "moe_layer_end_index": 27,
+        "moe_layer_interval": 1,
+    },
+    "gemma3_text": {"vocab_size": 262208},
+    "llama4_text": {"vocab_size": 202048, "intermediate_size_mlp": 16384},
+    "starcoder2": {"use_bias": True},
+    "granitemoehybrid": {
+        "shared_intermediate_size": 1024,
+        "mamba_conv_bias": True,
+        "tie_word_embeddings": False,
+    },
+}
+for _type, _values in _SIZING.items():
+    _entry = CLASS_DEFAULTS[_type]
+    CLASS_DEFAULTS[_type] = dataclasses.replace(_entry, values={**_entry.values, **_values})
 CLASS_DEFAULTS["zamba2"] = dataclasses.replace(
     CLASS_DEFAULTS["zamba2"], values={**CLASS_DEFAULTS["zamba2"].values, "num_mem_blocks": 1}
 )

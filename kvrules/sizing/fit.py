@@ -85,6 +85,8 @@ class FitOptions:
     :ivar overhead: the runtime memory per GPU instead of kvrules' estimate (bytes or a size).
     :ivar strategies: the strategy sets planned side by side (the first one decides "fits").
     :ivar allow_assumed_sizes: go on when a size field is not in the config (see the module).
+    :ivar reader: how a config file is read (:data:`kvrules.hf.config.READERS`: ``auto``, the
+        built-in reader for the model types it knows, ``builtin`` or ``transformers``).
     """
 
     gpu: str | None = None
@@ -100,6 +102,7 @@ class FitOptions:
     overhead: int | str | None = None
     strategies: tuple[str, ...] = DEFAULT_SETS
     allow_assumed_sizes: bool = False
+    reader: str = "auto"
 
     def __post_init__(self) -> None:
         if (self.gpu is None) == (self.gpu_memory is None):
@@ -288,6 +291,13 @@ def _brief(report: FitReport) -> dict[str, Any]:
     }
 
 
+def _read(config: str | Path | Mapping[str, Any] | HFConfig, reader: str) -> HFConfig:
+    """``config`` as an :class:`HFConfig`, a file read with ``reader``."""
+    if isinstance(config, (str, Path)):
+        return HFConfig.load(config, reader=reader)
+    return as_config(config)
+
+
 def _gpu(options: FitOptions) -> GPUMemory:
     if options.gpu is not None:
         entry = find_gpu(options.gpu)
@@ -394,6 +404,10 @@ def _answer(
         plan = planner.plan(specs, memories, config)
     except CapacityError as exc:
         return SetAnswer(strategy_set, False, None, 0.0, longest, exc.reason)
+    if (
+        model.hf is not None
+    ):  # the front door's decisions (architecture, alignment) first, as `plan` shows them
+        plan = replace(plan, decisions=model.hf.decisions + plan.decisions)
     return SetAnswer(strategy_set, True, plan, plan.max_concurrency, longest)
 
 
@@ -457,7 +471,7 @@ def _fp8_weights(inputs: _Inputs) -> _Inputs:
     """``inputs`` with the target's linear layers in fp8 with 128 x 128 block scales (an fp8
     checkpoint of the same model; a published one may keep a few more layers at 16 bits)."""
     data = {**inputs.config.data, "quantization_config": FP8_CHECKPOINT}
-    config = HFConfig(data, f"{inputs.config.source} with fp8 weights")
+    config = HFConfig(data, f"{inputs.config.source} with fp8 weights", reader=inputs.config.reader)
     return replace(inputs, config=config, params=count_params(config))
 
 
@@ -526,14 +540,14 @@ def fit(
         raise ConfigError("fit: give either options or keyword arguments, not both")
     opts = options if options is not None else FitOptions(**kwargs)
     gpu = _gpu(opts)
-    cfg = as_config(config)
+    cfg = _read(config, opts.reader)
     params = count_params(cfg)
     draft_cfg: HFConfig | str | None = None
     draft_params = None
     if draft == MTP:
         draft_cfg = MTP
     elif draft is not None:
-        draft_cfg = as_config(draft)
+        draft_cfg = _read(draft, opts.reader)
         draft_params = count_params(draft_cfg)
     notes: list[str] = []
     for role, count, source in (("target", params, cfg), ("draft", draft_params, draft_cfg)):

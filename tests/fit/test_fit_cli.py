@@ -88,3 +88,14 @@ def test_picture_with_nothing_that_fits_is_an_error(
     out = tmp_path / "fit.svg"
     code, _, err = run(capsys, "fit", "--hf-config", NEXT, "--gpu-memory", "8GiB", "--picture", str(out))
     assert code == 2 and "nothing fits" in err and not out.exists()
+
+
+def test_the_reader_can_be_chosen(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["fit", "--hf-config", LLAMA, "--gpu", "L40S", "--max-model-len", "8192", "--json"]
+    code, out, _ = run(capsys, *base, "--hf-reader", "builtin")
+    assert code == 0
+    builtin = json.loads(out)
+    notes = " ".join(d["reason"] for d in builtin["answers"][0]["plan"]["decisions"] if d["stage"] == "arch")
+    assert "built-in" in notes
+    code, _, err = run(capsys, *base, "--hf-reader", "magic")
+    assert code == 2 and "--hf-reader" in err

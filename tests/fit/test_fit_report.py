@@ -71,8 +71,11 @@ def test_each_answer_is_the_planners_own_plan_of_the_budget(next_on_h100: FitRep
         )
         config = EngineConfig.from_dict({**model.engine, "max_num_batched_tokens": 8192})
         expected = Planner(answer.strategy_set).plan(model.specs, tp4.kv_cache_bytes_per_gpu, config)
-        assert answer.plan is not None
-        assert answer.plan.to_dict() == expected.to_dict()
+        assert answer.plan is not None and model.hf is not None
+        got, want = answer.plan.to_dict(), expected.to_dict()
+        # the front door's decisions (architecture, alignment) come first, as `kvrules plan` shows them
+        assert got.pop("decisions") == [d.to_dict() for d in model.hf.decisions] + want.pop("decisions")
+        assert got == want
         assert answer.max_concurrency == expected.max_concurrency
         assert answer.max_model_len_fits == 262144  # the model's own limit: more fits at TP 4
 
