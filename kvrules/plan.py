@@ -13,6 +13,7 @@ import math
 import weakref
 from collections.abc import Iterator, Mapping
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -46,7 +47,7 @@ from kvrules.plan_records import (
     tensors_of_backing,
 )
 from kvrules.specs.asked import blocks_of
-from kvrules.specs.base import KVCacheSpec
+from kvrules.specs.base import KVCacheSpec, distinct_specs
 from kvrules.values import as_int
 
 __all__ = [
@@ -103,8 +104,16 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
         summaries are the decision's own: treat the result as read-only (``copy.deepcopy`` it
         before changing anything).
         """
+        return self._document([d.to_dict() for d in self.decisions])
+
+    def _document(self, decisions: Any, *, records: bool = False) -> dict[str, Any]:
+        """:meth:`to_dict` with ``decisions`` as its decision records (``records``: tensors as
+        records, for msgspec to encode); each distinct spec object's form and sizes made once
+        (then once per equal spec) and shared by its layers."""
         forms = Memo(lambda spec: spec.to_dict())
         sizes = Memo(page_sizes)
+        made = {id(s): (forms(s), sizes(s)) for s in distinct_specs(self.specs.values())}
+        layers = list(map(made.__getitem__, map(id, self.specs.values())))
         return {
             "schema": SCHEMA,
             "strategy_set": self.strategy_set,
@@ -115,8 +124,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
             "max_concurrency": finite(self.max_concurrency),
             "capacity_tokens": self.capacity_tokens,
             "config": self.config.to_dict(),
-            "specs": {name: forms(spec) for name, spec in self.specs.items()},
-            "spec_sizes": {name: sizes(spec) for name, spec in self.specs.items()},
+            "specs": dict(zip(self.specs, map(itemgetter(0), layers), strict=True)),
+            "spec_sizes": dict(zip(self.specs, map(itemgetter(1), layers), strict=True)),
             "groups": [
                 {
                     "layer_names": list(g.layer_names),
@@ -126,9 +135,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
                 }
                 for g in self.groups
             ],
-            "workers": [w.to_dict() for w in self.workers],
+            "workers": [w.to_dict(records=records) for w in self.workers],
             "waste": self.waste.to_dict() if self.waste is not None else None,
-            "decisions": [d.to_dict() for d in self.decisions],
+            "decisions": decisions,
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 
@@ -139,7 +148,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
 
         :raises ModelFileError: ``indent`` is not an integer from 0 to 16.
         """
-        text = msgspec.json.encode(self.to_dict())
+        text = msgspec.json.encode(self._document(msgspec.Raw(_decisions_json(self.decisions)), records=True))
         if indent is not None:
             indent = as_int(indent, "to_json(indent=...)", minimum=0, maximum=16, error=ModelFileError)
             text = msgspec.json.format(text, indent=indent)
@@ -178,6 +187,21 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
         :raises SpecError: a spec that does not build (naming the layer).
         """
         return cls.from_dict(decode_json(text), spec_types=spec_types)
+
+
+def _decisions_json(decisions: tuple[Decision, ...]) -> bytes:
+    """The decision records as a JSON array: msgspec encodes the records themselves, each ending
+    in its ``details``, which is left out where it is null (as :meth:`Decision.to_dict` does).
+    When a ``"details":null`` that ends an object is not a record's own (a rule's figures may
+    hold one) or a mapping is not a dict, the records' :meth:`~Decision.to_dict` are encoded."""
+    try:
+        text = msgspec.json.encode(decisions)
+    except TypeError:
+        text = b""
+    lean = text.replace(b',"details":null}', b"}")  # each one left out removes 15 bytes
+    if text and len(text) - len(lean) == 15 * sum(d.details is None for d in decisions):
+        return lean
+    return msgspec.json.encode([d.to_dict() for d in decisions])
 
 
 # --- invariants: what every plan holds, checked on documents and on plans made elsewhere -----

@@ -367,8 +367,11 @@ class WorkerPlan(msgspec.Struct, frozen=True):
         """This worker's layers, group by group."""
         return tuple(n for g in self.groups for n in g.layer_names)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plan-schema form (a group as its layer names, in the order of the plan's groups)."""
+    def to_dict(self, *, records: bool = False) -> dict[str, Any]:
+        """Plan-schema form (a group as its layer names, in the order of the plan's groups);
+        ``records``: the tensors as the records themselves (msgspec encodes them to their form)."""
+        tensors: Any = self.tensors if records else [t.to_dict() for t in self.tensors]
+        backing: Any = self.backing if records else [t.to_dict() for t in self.backing]
         return {
             "num_blocks": self.num_blocks,
             "own_num_blocks": self.own_num_blocks,
@@ -376,8 +379,8 @@ class WorkerPlan(msgspec.Struct, frozen=True):
             "available_memory": self.available_memory,
             "allocated_bytes": self.allocated_bytes,
             "groups": [list(g.layer_names) for g in self.groups],
-            "tensors": [t.to_dict() for t in self.tensors],
-        } | ({"backing": [t.to_dict() for t in self.backing]} if self.backing else {})
+            "tensors": tensors,
+        } | ({"backing": backing} if self.backing else {})
 
 
 def finite(value: float) -> float | None:
