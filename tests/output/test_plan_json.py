@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema
@@ -176,3 +177,19 @@ def test_every_record_field_is_written() -> None:
         assert fields <= properties, (
             f"{kind.__name__}: fields {sorted(fields - properties)} not in the schema"
         )
+
+
+def test_decision_records_with_odd_figures_write_their_to_dict() -> None:
+    """A rule's figures holding ``"details": null`` at the end of an object, or a summary that is
+    a read-only mapping, reach the JSON as ``Decision.to_dict`` writes them."""
+    plan = planned("swa30-full20", "default")
+    assert plan is not None
+    summary = MappingProxyType(dict(plan.decisions[-1].before or {"spec_type": "x"}))
+    odd = (
+        Decision("group", "r", "applied", None, "x", details={"alt": 1, "details": None}),
+        Decision("group", "r", "applied", "l", "x", summary, None, 0, {"details": None}),
+    )
+    made = msgspec.structs.replace(plan, decisions=(*plan.decisions, *odd))
+    document = json.loads(made.to_json())
+    assert document == made.to_dict() and document["decisions"][-2]["details"] == {"alt": 1, "details": None}
+    assert "details" not in document["decisions"][0]
