@@ -43,6 +43,8 @@ from kvrules.values import MAX_BYTES, MAX_TOKENS, shown
 Concurrency = Annotated[float, msgspec.Meta(ge=0, le=MAX_BYTES)] | None
 _SIZE_KEYS = ("page_size_bytes", "real_page_size_bytes", "padding_bytes")
 _MISSING = object()
+#: the waste report's totals over workers, each recomputed on read
+_WASTE_TOTALS = ("allocated_bytes", "real_bytes", "page_padding_bytes", "slot_padding_bytes", "efficiency")
 
 
 class _Group(msgspec.Struct, frozen=True):
@@ -240,15 +242,7 @@ def _worker(doc: _Worker, where: str, groups: tuple[KVCacheGroup, ...]) -> Worke
                 "worker's groups are the global groups restricted to its layers"
             )
         own.append(project_group(group, set(names)))
-    return WorkerPlan(
-        doc.num_blocks,
-        doc.tensors,
-        tuple(own),
-        doc.layout,
-        doc.available_memory,
-        doc.own_num_blocks,
-        doc.backing,
-    )
+    return WorkerPlan(**msgspec.structs.asdict(doc) | {"groups": tuple(own)})
 
 
 def _derived_figures(
@@ -264,13 +258,7 @@ def _derived_figures(
             )
     if plan["waste"] is not None:
         doc, derived = data["waste"], plan["waste"].to_dict()
-        for key in (
-            "allocated_bytes",
-            "real_bytes",
-            "page_padding_bytes",
-            "slot_padding_bytes",
-            "efficiency",
-        ):
+        for key in _WASTE_TOTALS:
             if key in doc:
                 yield f"waste.{key}", doc[key], derived[key]
         for i, (x, waste) in enumerate(zip(doc["workers"], plan["waste"].workers, strict=True)):
