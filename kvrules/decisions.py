@@ -21,7 +21,7 @@ import msgspec
 
 from kvrules import logs
 from kvrules.errors import PluginError
-from kvrules.typed import typed
+from kvrules.typed import UTF8_PATTERN, typed
 from kvrules.values import MAX_BYTES, shown
 
 STAGES = (
@@ -40,7 +40,7 @@ STAGES = (
 OUTCOMES = ("applied", "declined", "failed")
 
 #: a name read from a document: non-empty, writable as UTF-8 (no lone surrogate)
-Name = Annotated[str, msgspec.Meta(min_length=1, pattern="^[^\ud800-\udfff]*$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, pattern=UTF8_PATTERN)]
 #: a JSON object read from a document
 Figures = Mapping[str, Any]
 

@@ -13,6 +13,8 @@ from kvrules.values import shown
 T = TypeVar("T")
 
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
+#: the pattern of a name (:data:`kvrules.decisions.Name`)
+UTF8_PATTERN = r"^[^\ud800-\udfff]*$"
 _CHOICE = re.compile(r"`str` matching regex '\^\((.*)\)\$'")
 
 
@@ -44,6 +46,7 @@ def _explained(data: Any, message: str, where: str, prefix: str) -> str:
             found = False
     place = where if place == prefix else place
     expected = _CHOICE.sub(lambda m: "one of " + m.group(1).replace("|", ", "), expected)
+    expected = expected.replace(f" matching regex {UTF8_PATTERN!r}", " writable as UTF-8 (no lone surrogate)")
     missing = re.match(r"Object missing required field `(.*)`", expected)
     if missing:
         return f"{place}: the key {missing.group(1)!r} is missing"
