@@ -11,8 +11,8 @@ the JSON processes of each one's ``to_json`` time over its own plan time), the p
 (``ru_maxrss`` of that process, the returned JSON string included; target < 300 MiB) and that
 every decision is in the JSON; the same for ``to_json(indent=2)``; and the 1,000,000-layer plan
 time with its ratio to the 100,000-layer one (target <= 12), the two sizes' processes taking
-turns. A plan's per-layer decision records
-are made when ``plan.decisions`` is first read, after the plan time; that read is timed apart.
+turns. A plan holds its decision records from construction (the first read of
+``plan.decisions`` is timed apart, and costs nothing).
 Then (not with ``--scale-only``) issue 25's case, 100,000 layers with one spec object per
 layer from a model file and from an HF config against 10,000 (in-process plan time, the
 readers imported first; target <= 12x), and a 100,000-layer plan document read back with its

@@ -29,13 +29,14 @@ object collectives need numpy (a dependency of kvrules), and without it every ra
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import importlib.util
 import json
 import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
+
+import msgspec
 
 from kvrules import errors, logs
 from kvrules.config import EngineConfig
@@ -158,7 +159,7 @@ def plan_digest(plan: Plan) -> str:
     on every rank and every run (no addresses, no timings).
     """
     specs = _Table()
-    body = dataclasses.replace(plan, specs={}, groups=(), decisions=(), extra={}).to_dict()
+    body = msgspec.structs.replace(plan, specs={}, groups=(), decisions=(), extra={}).to_dict()
     body["specs"] = [list(plan.specs), [_spec_ref(s, specs) for s in plan.specs.values()]]
     body["groups"] = [[list(g.layer_names), _spec_ref(g.spec, specs), g.is_eagle_group] for g in plan.groups]
     decisions = _Table()
@@ -349,7 +350,7 @@ def agree_plan(
             digest=digest,
             seconds=round(time.perf_counter() - started, 6),
         )
-        return dataclasses.replace(plan, extra=extra)
+        return msgspec.structs.replace(plan, extra=extra)
     if same and all_failed and error is not None:
         raise error  # the same error on every rank
     outcome = {

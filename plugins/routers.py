@@ -9,7 +9,7 @@ are kept out of unification and re-sized to the common page afterwards, as vLLM 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from kvrules import (
@@ -392,7 +392,7 @@ def flag_eagle_group(
     out = list(groups)
     for index, group in enumerate(out):
         if last in group.layer_names:
-            out[index] = replace(group, is_eagle_group=True)
+            out[index] = KVCacheGroup(group.layer_names, group.spec, is_eagle_group=True)
             ctx.decisions.record(
                 "group",
                 "deepseekv4-packing",

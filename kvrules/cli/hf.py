@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
+
+import msgspec
 
 from kvrules.cli import flags
 from kvrules.errors import ConfigError, ModelFileError
@@ -178,5 +179,5 @@ def hf_model_from_args(
 def with_model_decisions(plan: Plan, model: ModelFile) -> Plan:
     """``plan`` with the model's ``arch`` and ``align`` decisions in front (HF models only)."""
     if isinstance(model, HFModelFile) and model.hf is not None:
-        return dataclasses.replace(plan, decisions=model.hf.decisions + plan.decisions)
+        return msgspec.structs.replace(plan, decisions=model.hf.decisions + plan.decisions)
     return plan

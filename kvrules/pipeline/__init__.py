@@ -38,14 +38,13 @@ from kvrules.pipeline.project import project
 from kvrules.pipeline.route import choose_route, fall_back
 from kvrules.pipeline.unify import unify_pages
 from kvrules.pipeline.waste import waste_report
-from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, mark_planned, with_deferred_decisions
+from kvrules.plan import KVCacheGroup, Plan, UnifyResult, WorkerPlan, mark_planned
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec, resolve_strategies
 from kvrules.plugin.registry import Registries
 from kvrules.specs.base import KVCacheSpec
-from kvrules.specs.table import as_dict
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Grouping:
 
     route: str
     groups: tuple[KVCacheGroup, ...]
-    specs: Mapping[str, KVCacheSpec]
+    specs: dict[str, KVCacheSpec]
     decisions: tuple[Decision, ...] = ()
 
 
@@ -75,15 +74,15 @@ class Placed:
 
 def final_specs(
     layer_specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroup], *, owned: bool = False
-) -> Mapping[str, KVCacheSpec]:
+) -> dict[str, KVCacheSpec]:
     """Each layer's spec as planned: its own spec, or its member spec in a group with members.
 
     ``owned``: ``layer_specs`` is a table the pipeline made (no caller holds it), returned
     itself when no group has members: a million-layer plan then keeps one table of every layer
     fewer."""
-    if owned and type(layer_specs) is dict and not any(g.spec.has_members for g in groups):
+    if owned and isinstance(layer_specs, dict) and not any(g.spec.has_members for g in groups):
         return layer_specs
-    out = as_dict(layer_specs)
+    out = dict(layer_specs)
     for g in groups:
         if g.spec.has_members:
             out.update(g.spec.members(g.layer_names))
@@ -194,8 +193,8 @@ class Planner:
         if not hidden and len(unified) == len(converted):
             planned, owned = unified, unified is not others  # unification made a new table
         else:
-            merged = as_dict(converted)
-            merged.update(zip(unified.keys(), unified.values(), strict=True))
+            merged = dict(converted)
+            merged.update(unified)
             merged.update(resized)
             planned, owned = merged, True
         return Grouping(router.name, tuple(groups), final_specs(planned, groups, owned=owned))
@@ -256,7 +255,7 @@ class Planner:
             workers=tuple(workers),
             num_blocks=agreed,
             specs=grouping.specs,
-            decisions=(),
+            decisions=ask.decisions.decisions(),
             max_concurrency=concurrency,
             capacity_tokens=capacity,
             max_model_len=length,
@@ -266,7 +265,6 @@ class Planner:
             route=grouping.route,
             waste=waste,
         )
-        with_deferred_decisions(plan, ask.decisions.deferred())
         mark_planned(plan)
         logs.info(
             "kvrules.plan.finished",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from operator import is_
-from typing import cast
 
 from kvrules.decisions import Decision
 from kvrules.errors import UnificationError
@@ -101,53 +100,31 @@ def _unified_layer_by_layer(
     ctx: PlanContext,
     ask: Asker,
 ) -> dict[str, KVCacheSpec]:
-    """Every layer's answer, asked once per distinct spec: a layer whose spec object was seen
-    before costs one identity lookup (no spec hash, no page arithmetic) and one decision copy
-    per rule asked. A layer already at the target page keeps its own spec object.
-
-    The result starts as a copy of ``specs`` (copying a dict costs about what reading it does)
-    in which only the layers whose spec changes get a new value."""
+    """Every layer's answer, the rules asked once per distinct spec (found by identity, then by
+    equality); a later layer with that spec gets a copy of each decision. A layer already at the
+    target page keeps its own spec object."""
     by_equal: dict[KVCacheSpec, Answer] = {}
     by_id: dict[int, Answer] = {}
     out = dict(specs)
-    copy_for = ask.decisions.add_for_layer
     for layer, spec in specs.items():
-        hit = by_id.get(id(spec), UNSEEN)
-        if hit is UNSEEN:
-            hit = by_equal.get(spec, UNSEEN)
-            if hit is UNSEEN:
-                first = (
-                    None
-                    if spec.page_size_bytes == target
-                    else _first(layer, spec, target, target_layer, rules, ctx, ask)
-                )
-                by_equal[spec] = by_id[id(spec)] = first
-                if first is not None:
-                    out[layer] = first[0]
-                continue
-            by_id[id(spec)] = hit
-        if hit is not None:
-            copy_for(hit[1], layer)
-            out[layer] = hit[0]
+        if id(spec) in by_id:
+            answer, fresh = by_id[id(spec)], False
+        elif spec in by_equal:
+            answer, fresh = by_equal[spec], False
+        else:
+            answer, fresh = None, True
+            if spec.page_size_bytes != target:
+                answer = _unify_one(layer, spec, target, target_layer, rules, ctx, ask)
+            by_equal[spec] = answer
+        by_id[id(spec)] = answer  # the spec object stays alive in ``specs`` meanwhile
+        if answer is not None:
+            if fresh:
+                ask.decisions.extend(answer[1])
+            else:
+                ask.decisions.add_for_layer(answer[1], layer)
+            out[layer] = answer[0]
     return out
 
 
 #: a spec's answer: ``None`` (already at the target page) or the new spec and its decisions
 Answer = tuple[KVCacheSpec, list[Decision]] | None
-UNSEEN: Answer = (cast(KVCacheSpec, None), [])
-
-
-def _first(
-    layer: str,
-    spec: KVCacheSpec,
-    target: int,
-    target_layer: str,
-    rules: Sequence[Rule],
-    ctx: PlanContext,
-    ask: Asker,
-) -> tuple[KVCacheSpec, list[Decision]]:
-    """The rules asked for the first layer with this spec; its decisions recorded."""
-    new, decisions = _unify_one(layer, spec, target, target_layer, rules, ctx, ask)
-    for decision in decisions:
-        ask.decisions.add(decision)
-    return new, decisions

@@ -55,7 +55,6 @@ from kvrules.plan import KVCacheGroup, KVCacheTensor, interleaved
 from kvrules.plugin.rules import Check
 from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
-from kvrules.specs.table import as_dict
 from kvrules.values import shown
 
 
@@ -226,7 +225,7 @@ def _unplaced(
     about what reading it does; building a table of every layer would cost more)."""
     if not isinstance(groups, (list, tuple)):
         return f"returned {type(groups).__name__}, not a list of KVCacheGroup", {}
-    left = as_dict(specs)
+    left = dict(specs)
     for index, group in enumerate(groups):
         problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left)
         if problem:

@@ -29,6 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from kvrules.config import DEFAULT_DRAFT_PREFIXES, EngineConfig
 from kvrules.errors import CapacityError, ConfigError
 from kvrules.hf.build import MTP, HFModelFile, model_from_hf
@@ -407,7 +409,7 @@ def _answer(
     if (
         model.hf is not None
     ):  # the front door's decisions (architecture, alignment) first, as `plan` shows them
-        plan = replace(plan, decisions=model.hf.decisions + plan.decisions)
+        plan = msgspec.structs.replace(plan, decisions=model.hf.decisions + plan.decisions)
     return SetAnswer(strategy_set, True, plan, plan.max_concurrency, longest)
 
 

@@ -404,17 +404,6 @@ class KVCacheSpec:
         return spec_to_dict(self)
 
 
-class KnownDistinct:
-    """What a read-only table's values view may be: specs whose distinct objects the table
-    keeps once found (:func:`distinct_specs` asks it instead of looking at every layer)."""
-
-    __slots__ = ()
-
-    def known_distinct(self) -> list[KVCacheSpec]:
-        """One of each spec object, in first-seen order (the list the table keeps)."""
-        raise NotImplementedError
-
-
 def distinct_specs(specs: Iterable[KVCacheSpec]) -> list[KVCacheSpec]:
     """One of each spec object in ``specs`` (by identity, in first-seen order), without a Python
     call per layer: models share spec objects between layers, so a million layers give a few.
@@ -422,10 +411,7 @@ def distinct_specs(specs: Iterable[KVCacheSpec]) -> list[KVCacheSpec]:
     While the objects found hold many layers, each costs one C-level pass keeping the layers
     that are not it (no object made per layer); at most :data:`_FEW_PASSES` such passes, and
     once one removes less than a sixteenth of the layers left, the rest is gathered in one pass
-    by identity. The values of a table that keeps them (:class:`KnownDistinct`) are not looked
-    at again."""
-    if isinstance(specs, KnownDistinct):
-        return list(specs.known_distinct())
+    by identity."""
     rest = list(specs)
     found: list[KVCacheSpec] = []
     while rest and len(found) < _FEW_PASSES:

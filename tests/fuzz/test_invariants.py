@@ -3,10 +3,10 @@ under the invariant's name (a checker that cannot fail proves nothing)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 import kvrules
@@ -47,26 +47,26 @@ def _plan(specs: Any = HYBRID, memory: Any = GIB) -> kvrules.Plan:
 
 
 def _worker(plan: kvrules.Plan, **changes: Any) -> kvrules.Plan:
-    return dataclasses.replace(
-        plan, workers=(dataclasses.replace(plan.workers[0], **changes), *plan.workers[1:])
+    return msgspec.structs.replace(
+        plan, workers=(msgspec.structs.replace(plan.workers[0], **changes), *plan.workers[1:])
     )
 
 
 def _tensor(plan: kvrules.Plan, **changes: Any) -> kvrules.Plan:
     tensors = plan.workers[0].tensors
-    return _worker(plan, tensors=(dataclasses.replace(tensors[0], **changes), *tensors[1:]))
+    return _worker(plan, tensors=(msgspec.structs.replace(tensors[0], **changes), *tensors[1:]))
 
 
 def _group(plan: kvrules.Plan, **changes: Any) -> kvrules.Plan:
-    return dataclasses.replace(
-        plan, groups=(dataclasses.replace(plan.groups[0], **changes), *plan.groups[1:])
+    return msgspec.structs.replace(
+        plan, groups=(msgspec.structs.replace(plan.groups[0], **changes), *plan.groups[1:])
     )
 
 
 def _decision(plan: kvrules.Plan) -> kvrules.Plan:
     d = plan.decisions[0]
     bad = kvrules.Decision(d.stage, d.rule, d.outcome, d.layer, 12345, d.before, d.after)  # type: ignore[arg-type]
-    return dataclasses.replace(plan, decisions=(bad, *plan.decisions[1:]))
+    return msgspec.structs.replace(plan, decisions=(bad, *plan.decisions[1:]))
 
 
 CORRUPTIONS: dict[str, tuple[str, Callable[[kvrules.Plan], kvrules.Plan]]] = {
@@ -75,9 +75,9 @@ CORRUPTIONS: dict[str, tuple[str, Callable[[kvrules.Plan], kvrules.Plan]]] = {
         "unknown-layers",
         lambda p: _group(p, layer_names=(*p.groups[0].layer_names, "x")),
     ),
-    "layer-in-two-groups": ("layers", lambda p: dataclasses.replace(p, groups=(*p.groups, p.groups[0]))),
+    "layer-in-two-groups": ("layers", lambda p: msgspec.structs.replace(p, groups=(*p.groups, p.groups[0]))),
     "tensor-omits-a-layer": ("layers", lambda p: _tensor(p, shared_by=p.workers[0].tensors[0].shared_by[1:])),
-    "blocks-negative": ("num-blocks", lambda p: dataclasses.replace(p, num_blocks=-1)),
+    "blocks-negative": ("num-blocks", lambda p: msgspec.structs.replace(p, num_blocks=-1)),
     "blocks-differ": ("num-blocks", lambda p: _worker(p, num_blocks=p.num_blocks + 1)),
     "tensor-negative": ("negative", lambda p: _tensor(p, size=-5)),
     "over-memory": ("memory", lambda p: _tensor(p, size=p.workers[0].tensors[0].size + 2 * GIB)),
@@ -87,9 +87,12 @@ CORRUPTIONS: dict[str, tuple[str, Callable[[kvrules.Plan], kvrules.Plan]]] = {
         "tensor-size",
         lambda p: _tensor(p, size=p.workers[0].tensors[0].size - 1),
     ),
-    "concurrency-off": ("capacity", lambda p: dataclasses.replace(p, max_concurrency=p.max_concurrency + 1)),
-    "capacity-off": ("capacity", lambda p: dataclasses.replace(p, capacity_tokens=p.capacity_tokens + 1)),
-    "concurrency-nan": ("capacity", lambda p: dataclasses.replace(p, max_concurrency=float("nan"))),
+    "concurrency-off": (
+        "capacity",
+        lambda p: msgspec.structs.replace(p, max_concurrency=p.max_concurrency + 1),
+    ),
+    "capacity-off": ("capacity", lambda p: msgspec.structs.replace(p, capacity_tokens=p.capacity_tokens + 1)),
+    "concurrency-nan": ("capacity", lambda p: msgspec.structs.replace(p, max_concurrency=float("nan"))),
     "schema-reason-not-a-string": ("schema", _decision),
     "layer-name-not-a-string": ("json", lambda p: _rename_layer(p, 0)),
 }
@@ -101,17 +104,19 @@ def _rename_layer(plan: kvrules.Plan, new: Any) -> kvrules.Plan:
     def rename(names: tuple[str, ...]) -> tuple[Any, ...]:
         return tuple(new if n == "attn.0" else n for n in names)
 
-    groups = tuple(dataclasses.replace(g, layer_names=rename(g.layer_names)) for g in plan.groups)
+    groups = tuple(msgspec.structs.replace(g, layer_names=rename(g.layer_names)) for g in plan.groups)
     worker = plan.workers[0]
     workers = (
-        dataclasses.replace(
+        msgspec.structs.replace(
             worker,
-            groups=tuple(dataclasses.replace(g, layer_names=rename(g.layer_names)) for g in worker.groups),
-            tensors=tuple(dataclasses.replace(t, shared_by=rename(t.shared_by)) for t in worker.tensors),
+            groups=tuple(
+                msgspec.structs.replace(g, layer_names=rename(g.layer_names)) for g in worker.groups
+            ),
+            tensors=tuple(msgspec.structs.replace(t, shared_by=rename(t.shared_by)) for t in worker.tensors),
         ),
     )
     specs = {new if n == "attn.0" else n: s for n, s in plan.specs.items()}
-    return dataclasses.replace(plan, groups=groups, workers=workers, specs=specs)
+    return msgspec.structs.replace(plan, groups=groups, workers=workers, specs=specs)
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))

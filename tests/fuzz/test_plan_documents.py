@@ -12,12 +12,12 @@ must refuse it with a ``ModelFileError`` naming that field (0 accepted, 0 other 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from kvrules import (
@@ -201,13 +201,15 @@ def _semantic_plans() -> Iterator[tuple[str, Plan]]:
     """The semantic corruptions applied to the plan objects themselves (no document read)."""
     plan = BASES["hybrid"]
     worker = plan.workers[0]
-    tensors = tuple(dataclasses.replace(t, size=t.size * 1000) for t in worker.tensors)
+    tensors = tuple(msgspec.structs.replace(t, size=t.size * 1000) for t in worker.tensors)
     yield (
         "tensors past memory",
-        dataclasses.replace(plan, workers=(dataclasses.replace(worker, tensors=tensors), *plan.workers[1:])),
+        msgspec.structs.replace(
+            plan, workers=(msgspec.structs.replace(worker, tensors=tensors), *plan.workers[1:])
+        ),
     )
-    yield "capacity", dataclasses.replace(plan, capacity_tokens=plan.capacity_tokens + 1)
-    yield "num_blocks", dataclasses.replace(plan, num_blocks=plan.num_blocks + 1)
+    yield "capacity", msgspec.structs.replace(plan, capacity_tokens=plan.capacity_tokens + 1)
+    yield "num_blocks", msgspec.structs.replace(plan, num_blocks=plan.num_blocks + 1)
 
 
 @pytest.mark.parametrize("name", ["tensors past memory", "capacity", "num_blocks"])

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import jsonschema
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -405,8 +406,8 @@ class NeverAskedPlugin:
 
 def _edited(plan: Plan, **tensor: Any) -> Plan:
     worker = plan.workers[0]
-    tensors = (dataclasses.replace(worker.tensors[0], **tensor), *worker.tensors[1:])
-    return dataclasses.replace(plan, workers=(dataclasses.replace(worker, tensors=tensors),))
+    tensors = (msgspec.structs.replace(worker.tensors[0], **tensor), *worker.tensors[1:])
+    return msgspec.structs.replace(plan, workers=(msgspec.structs.replace(worker, tensors=tensors),))
 
 
 @pytest.mark.parametrize(

@@ -8,13 +8,14 @@ that is not strict JSON is refused, and every record type's ``to_dict()`` keys a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 
 from kvrules import CapacityError, EngineConfig, ModelFileError, Plan, Planner
@@ -142,7 +143,7 @@ def schema_plans() -> list[Plan]:
     names = ("swa30-full20", "gpt-oss-20b-draft8")
     plans = [planned(name, strategies) for name in names for strategies in ("default", "vllm-0.33")]
     made = [p for p in plans if p is not None]
-    return [*made, dataclasses.replace(made[0], extra={"connector": "test"})]
+    return [*made, msgspec.structs.replace(made[0], extra={"connector": "test"})]
 
 
 def test_every_record_key_is_in_the_schema_with_its_type() -> None:
@@ -167,11 +168,28 @@ def test_every_record_key_is_in_the_schema_with_its_type() -> None:
         assert keys == set(definition(kind)["properties"]), kind.__name__
 
 
-def test_every_dataclass_field_is_written() -> None:
+def test_every_record_field_is_written() -> None:
     """A field a record type holds is in its document form (nothing silently left out)."""
     for kind in DEFS:
         properties = set(definition(kind)["properties"])
-        fields = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else set()
+        fields = {f.name for f in msgspec.structs.fields(kind)}
+        assert fields, kind.__name__
         assert fields <= properties, (
             f"{kind.__name__}: fields {sorted(fields - properties)} not in the schema"
         )
+
+
+def test_decision_records_with_odd_figures_write_their_to_dict() -> None:
+    """A rule's figures holding ``"details": null`` at the end of an object, or a summary that is
+    a read-only mapping, reach the JSON as ``Decision.to_dict`` writes them."""
+    plan = planned("swa30-full20", "default")
+    assert plan is not None
+    summary = MappingProxyType(dict(plan.decisions[-1].before or {"spec_type": "x"}))
+    odd = (
+        Decision("group", "r", "applied", None, "x", details={"alt": 1, "details": None}),
+        Decision("group", "r", "applied", "l", "x", summary, None, 0, {"details": None}),
+    )
+    made = msgspec.structs.replace(plan, decisions=(*plan.decisions, *odd))
+    document = json.loads(made.to_json())
+    assert document == made.to_dict() and document["decisions"][-2]["details"] == {"alt": 1, "details": None}
+    assert "details" not in document["decisions"][0]

@@ -1,6 +1,6 @@
 """Plan schema ``kvrules.plan/v2``: every strategy set writes schema-valid plans (D10), v2's page
 sizes beside the specs, ``from_dict`` reading v1 and v2 and refusing tampered sizes, and the JSON
-text written in pieces equal to ``json.dumps`` of ``to_dict()``."""
+text (msgspec's, UTF-8) decoding to ``to_dict()``."""
 
 from __future__ import annotations
 
@@ -71,11 +71,10 @@ def two_workers() -> Plan:
 
 
 def assert_json_forms(plan: Plan) -> dict[str, Any]:
-    """``to_json`` (compact and indented) is ``json.dumps`` of ``to_dict``, valid v2, and round-trips."""
+    """``to_json`` (compact and indented) is ``to_dict`` as JSON, valid v2, and round-trips."""
     expected = plan.to_dict()
     text = plan.to_json()
-    assert text == json.dumps(expected, separators=(",", ":"))
-    assert plan.to_json(indent=2) == json.dumps(expected, indent=2)
+    assert "\n" not in text and json.loads(plan.to_json(indent=2)) == expected
     document = json.loads(text)
     assert document == expected
     jsonschema.validate(document, V2)
@@ -326,13 +325,17 @@ def test_a_tampered_v2_document_is_refused(change: Callable[[dict[str, Any]], No
 
 
 MALFORMED: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
-    ("not an object", lambda d: [d], r"plan = \[.* is not allowed: an object"),
+    ("not an object", lambda d: [d], r"plan = \[.* is not allowed: expected `object`, got `array`"),
     (
         "unknown schema",
         lambda d: {**d, "schema": "kvrules.plan/v9"},
         "schema = 'kvrules.plan/v9' is not allowed: one of",
     ),
-    ("workers not a list", lambda d: {**d, "workers": 5}, "workers = 5 is not allowed: an array"),
+    (
+        "workers not a list",
+        lambda d: {**d, "workers": 5},
+        "workers = 5 is not allowed: expected `array`, got `int`",
+    ),
     (
         "negative tensor",
         lambda d: d["workers"][0]["tensors"][0].update(size=-5) or d,
@@ -367,7 +370,11 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     ("concurrency", lambda d: {**d, "max_concurrency": "many"}, "max_concurrency = 'many'"),
     ("eagle flag", lambda d: d["groups"][0].update(is_eagle_group=1) or d, r"groups\[0\].is_eagle_group = 1"),
     ("num_blocks", lambda d: {**d, "num_blocks": 10**400}, "num_blocks = <int of about 401 digits>"),
-    ("config", lambda d: {**d, "config": None}, "config = None is not allowed: an object"),
+    (
+        "config",
+        lambda d: {**d, "config": None},
+        "config = None is not allowed: expected `object`, got `null`",
+    ),
 ]
 
 
@@ -381,18 +388,16 @@ def test_a_malformed_document_is_a_model_file_error(
 
 
 # -- the JSON text -----------------------------------------------------------------------------
-def test_iter_json_pieces_make_to_json() -> None:
+def test_to_json_writes_every_decision_of_a_large_plan() -> None:
     plan = PLANNERS[DEFAULT_SET].plan(hybrid(6000), 64 * GiB, EngineConfig(max_model_len=4096))
-    pieces = list(plan.iter_json())
-    assert "".join(pieces) == plan.to_json()
-    assert len(pieces) > 10 and max(map(len, pieces)) < len(plan.to_json()) // 4
     assert len(plan.decisions) > 6000  # every decision, declined ones too
-    assert len(json.loads(plan.to_json())["decisions"]) == len(plan.decisions)
+    assert json.loads(plan.to_json()) == plan.to_dict()
 
 
 def test_indent_is_an_option_checked_like_any_argument() -> None:
     plan = PLANNERS["vllm"].plan(hybrid(8), GiB, EngineConfig(max_model_len=4096))
-    assert "\n" not in plan.to_json() and plan.to_json(indent=0).startswith('{\n"schema": ')
+    assert "\n" not in plan.to_json() and plan.to_json(indent=0).startswith('{"schema": ')
+    assert plan.to_json(indent=2).startswith('{\n  "schema": ')
     for bad in (-1, 1.5, "  ", True):
         with pytest.raises(ModelFileError, match=r"to_json\(indent=...\) = .* is not allowed"):
             plan.to_json(indent=bad)  # type: ignore[arg-type]
@@ -412,9 +417,8 @@ ODD_NAME = st.text(st.sampled_from('ab"\\\t\x7f\x00é\u2603\U0001f600'), min_siz
 def test_json_text_is_json_dumps_whatever_the_layer_names(
     names: list[str], strategies: str, split: int
 ) -> None:
-    """Names written as they are when nothing in them needs escaping, encoded one by one when
-    something does: in specs, groups, tensors and decisions, compact and indented, mixed across
-    workers, the text is byte for byte ``json.dumps`` of ``to_dict()``."""
+    """Names that need escaping or not, in specs, groups, tensors and decisions, compact and
+    indented, mixed across workers: the text decodes to ``to_dict()``, non-ASCII as UTF-8."""
     kinds = hybrid(8)
     mamba, full = kinds["model.layers.0"], kinds["model.layers.3"]
     specs = {name: full if i % 3 == 2 else mamba for i, name in enumerate(names)}
@@ -424,12 +428,12 @@ def test_json_text_is_json_dumps_whatever_the_layer_names(
     for given_specs in (specs, workers):
         plan = PLANNERS[strategies].plan(given_specs, [8 * GiB] * (1 if given_specs is specs else 2), config)
         expected = plan.to_dict()
-        assert plan.to_json() == json.dumps(expected, separators=(",", ":"))
-        assert plan.to_json(indent=1) == json.dumps(expected, indent=1)
+        assert json.loads(plan.to_json()) == expected == json.loads(plan.to_json(indent=1))
+        assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
 
 
 def test_layer_names_that_need_escaping_survive() -> None:
-    """Per-layer decisions share one encoded body; the layer name is written into it escaped."""
+    """Layer names JSON escapes (quotes, backslashes, control characters) read back as they were."""
     specs = hybrid(4)
     mamba, full = specs["model.layers.0"], specs["model.layers.3"]
     names = ['quote"layer": null', "back\\slash", "ünï\u2603", "tab\tnew\nline"]
