@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,9 @@ def _target(case: Case, patcher: Path | None) -> Any:
 
         os.environ.update(case["env"])
         reset_default_manager()  # the warm parent's manager read the environment before
+        # warnings shown on stderr as in a fresh interpreter (pytest records them instead)
+        warnings.resetwarnings()
+        warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
         if patcher is not None:
             sys.path.insert(0, str(patcher))
         if case["command"] == "vllm-plugin":

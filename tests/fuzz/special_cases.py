@@ -34,7 +34,7 @@ Case = dict[str, Any]
 SECONDS = 5
 
 #: what the path given is; ``unreadable`` only where permissions bind (not as root)
-KINDS: tuple[str, ...] = (
+ALL_KINDS: tuple[str, ...] = (
     "fifo",
     "dev-zero",
     "link-to-dev-zero",
@@ -46,8 +46,9 @@ KINDS: tuple[str, ...] = (
     "socket",
     "sparse-oversize",
     "empty",
-) + (("unreadable",) if os.geteuid() != 0 else ())
-
+    "unreadable",
+)
+KINDS: tuple[str, ...] = tuple(k for k in ALL_KINDS if k != "unreadable" or os.geteuid() != 0)
 #: which commands read a file in which slot
 SLOTS: dict[str, tuple[str, ...]] = {
     "model": ("plan", "compare", "allocate"),
