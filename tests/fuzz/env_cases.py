@@ -139,6 +139,18 @@ def _vllm_plugin(argv: list[str]) -> int:
     return 0
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """Python's own way of showing a warning: on stderr (whatever pytest recorded it with)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def _target(case: Case, patcher: Path | None) -> Any:
     def run(argv: list[str]) -> int:
         from kvrules.plugin.manager import reset_default_manager
@@ -147,7 +159,7 @@ def _target(case: Case, patcher: Path | None) -> Any:
         reset_default_manager()  # the warm parent's manager read the environment before
         # warnings shown on stderr as in a fresh interpreter (pytest records them instead)
         warnings.resetwarnings()
-        warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
+        warnings.showwarning = _show_warning
         if patcher is not None:
             sys.path.insert(0, str(patcher))
         if case["command"] == "vllm-plugin":

@@ -14,6 +14,7 @@ from fuzz.draw import strategy
 from fuzz.env_cases import BOOLEANS, env_case, run_env_case, show_env, shrink_env
 from kvrules.plugin.manager import AUTOLOAD_ENV, TRACE_ENV
 from kvrules.plugin.patches import STRICT_ENV
+from kvrules.switches import ON
 
 DOCUMENTED = ("1", "true", "YES", " on ", "0", "False", "no", "OFF", "", "\t")
 UNDOCUMENTED = ("maybe", "é", "\uff11", "truee", "2", "\udcff", "a" * 5000)
@@ -26,12 +27,9 @@ def test_a_switch_means_its_documented_value_or_is_refused_naming_it(
 ) -> None:
     case = {"env": {name: value}, "command": "plan", "patcher": True}
     outcome = run_env_case(case, tmp_path)
-    assert outcome.kind == (
-        "error"
-        if value in UNDOCUMENTED
-        or (name == STRICT_ENV and value.strip().lower() in ("1", "true", "yes", "on"))
-        else "ok"
-    ), outcome
+    # not a boolean: refused; KVRULES_STRICT_PLUGINS on: the patching plugin is refused
+    refused = value in UNDOCUMENTED or (name == STRICT_ENV and value.strip().lower() in ON)
+    assert outcome.kind == ("error" if refused else "ok"), outcome
 
 
 def test_the_vllm_switches_are_read_at_plugin_load(tmp_path: Path) -> None:
