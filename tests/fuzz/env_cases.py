@@ -139,7 +139,7 @@ def _vllm_plugin(argv: list[str]) -> int:
     return 0
 
 
-def _show_warning(
+def show_warning(
     message: Warning | str,
     category: type[Warning],
     filename: str,
@@ -159,7 +159,7 @@ def _target(case: Case, patcher: Path | None) -> Any:
         reset_default_manager()  # the warm parent's manager read the environment before
         # warnings shown on stderr as in a fresh interpreter (pytest records them instead)
         warnings.resetwarnings()
-        warnings.showwarning = _show_warning
+        warnings.showwarning = show_warning
         if patcher is not None:
             sys.path.insert(0, str(patcher))
         if case["command"] == "vllm-plugin":
