@@ -6,7 +6,8 @@ installed package; :func:`make_venv` also makes a throwaway venv for the ``pip``
 
 :data:`DISTS` are the hostile distributions: an entry point that raises at import, one naming no
 module, one naming a module attribute that is not a plugin, ones that patch a kvrules method, a
-property or a module function, a rule that answers wrongly, and a distribution with an odd name.
+property or a module function, a rule that answers wrongly, one that only defines a spec type of its own (no patch), and a
+distribution with an odd name.
 """
 
 from __future__ import annotations
@@ -100,6 +101,15 @@ DISTS: dict[str, Dist] = {
     ),
     "wrong-rule": Dist(
         "kvrules-hostile-rule", "hostile-rule", "kvrules_hostile_rule", "kvrules_hostile_rule", _WRONG_ROUTER
+    ),
+    "own-spec-type": Dist(
+        "kvrules-own-spec-type",
+        "own-spec-type",
+        "kvrules_own_spec_type",
+        "kvrules_own_spec_type",
+        "from dataclasses import dataclass\n\nimport kvrules\n\n\n"
+        "@dataclass(frozen=True)\nclass OwnSpec(kvrules.FullAttentionSpec):\n"
+        '    type_name = "own_spec"\n\n    def max_memory_usage_bytes(self, config):\n        return 0\n',
     ),
     "odd-name": Dist(
         "Kvrules_Ödd.Name-ü",

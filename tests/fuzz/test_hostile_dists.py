@@ -83,6 +83,12 @@ def test_a_plan_records_the_patch_and_strict_refuses_it(key: str, tmp_path: Path
     assert any(_label(key) in line and "KVRULES_STRICT_PLUGINS" in line for line in _errors(strict))
 
 
+def test_a_spec_type_of_its_own_is_no_patch(tmp_path: Path) -> None:
+    report = _run("own-spec-type", tmp_path, ["strategies"], {"KVRULES_STRICT_PLUGINS": "1"})
+    assert report["rc"] == 0, report["stderr"][-2000:]
+    assert "patched" not in report["stderr"] and "PluginPatchWarning" not in report["stderr"]
+
+
 def test_a_rule_answering_wrongly_is_blamed_on_its_distribution(tmp_path: Path) -> None:
     report = _run("wrong-rule", tmp_path, ["plan", "--example", "llama3-8b"])
     assert report["rc"] == 2

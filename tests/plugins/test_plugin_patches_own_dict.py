@@ -4,6 +4,7 @@ the entry and ``replaced`` / ``deleted``, warned about, and refused under KVRULE
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -104,3 +105,31 @@ def test_strict_refuses_an_own_entry_replaced_or_deleted(
     monkeypatch.setenv(STRICT_ENV, "yes")
     with pytest.raises(PluginError, match=r"own-dict-patcher.*SlidingWindowSpec\.max_memory_usage_bytes"):
         manager.get_plugin_manager()
+
+
+def _defines_a_spec_type() -> None:
+    from dataclasses import dataclass as frozen_dataclass
+
+    from kvrules import FullAttentionSpec
+
+    @frozen_dataclass(frozen=True)
+    class OwnSpec(FullAttentionSpec):  # a plugin's own spec type: new entries of a new class
+        type_name = "own_dict_test_spec"
+
+        def max_memory_usage_bytes(self, config: Any) -> int:
+            return 0
+
+    _defines_a_spec_type.defined = OwnSpec  # type: ignore[attr-defined]  # kept alive
+
+
+def test_a_plugin_defining_its_own_spec_type_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    _install(monkeypatch, _defines_a_spec_type)
+    monkeypatch.setenv(STRICT_ENV, "1")  # a patch would be refused
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PluginPatchWarning)
+        pm = manager.get_plugin_manager()
+    assert pm.patches == {}
+    del _defines_a_spec_type.defined  # type: ignore[attr-defined]  # no test after sees the class
+    gc.collect()
