@@ -1,9 +1,13 @@
 """The long fuzz campaign (outside CI): the generators, runners and invariant checker of
 ``tests/fuzz`` on many more inputs, seeded.
 
-Five campaigns: the Python API with normal and with extreme values, mutated model files and
-mutated Hugging Face configs through the command line (a forked child per input), and faulty
-plugins. For each it counts ok / KVRulesError (exit 2) / other exception / hang (> 10 s) /
+Eight campaigns: the Python API with normal and with extreme values, mutated model files and
+mutated Hugging Face configs through the command line (a forked child per input), faulty
+plugins, models of up to 4,000 layers with one spec object per layer (model files and HF
+configs, planned in-process), special files (FIFOs, devices, directories, broken links, sockets,
+over-size sparse files) in every slot of every command that reads a file, and drawn values of
+every environment variable kvrules reads (with a plugin that patches kvrules, so the strict and
+autoload switches decide something). For each it counts ok / KVRulesError (exit 2) / other exception / hang (> 10 s) /
 invariant broken (and, for plugins, wrong blame), and prints for every failing cause the first
 reproducers, the first one shrunk. Input ``i`` of campaign ``c`` is generated from the seed
 ``"<seed>-<c>-<i>"``, so a run is reproducible and a single input can be replayed.
@@ -34,10 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fuzz.api_cases import api_case, render_case, run_api_case, shrink
 from fuzz.cli_cases import WARM_UP, hf_case, model_case, run_cli_case, show_cli_case, shrink_cli
+from fuzz.distinct_cases import distinct_case, run_distinct_case, show_distinct, shrink_distinct
 from fuzz.draw import generate
+from fuzz.env_cases import env_case, run_env_case, show_env, shrink_env
 from fuzz.forked import warm_up
 from fuzz.outcome import DEFECTS, Outcome
 from fuzz.plugin_cases import plugin_case, run_plugin_case, shrink_plugin_case
+from fuzz.special_cases import run_special_case, show_special, shrink_special, special_case
 
 Cause = tuple[str, str, str]
 
@@ -60,6 +67,14 @@ def _shrink_cli(case: Any, run: Callable[[Any], Outcome], seconds: float) -> tup
     return shrink_cli(case, run, seconds)
 
 
+def _run_special(case: Any) -> Outcome:
+    return run_special_case(case, _work())
+
+
+def _run_env(case: Any) -> Outcome:
+    return run_env_case(case, _work())
+
+
 def _shrink_plugin(case: Any, run: Callable[[Any], Outcome], seconds: float) -> tuple[Any, Outcome]:
     return shrink_plugin_case(case, seconds)
 
@@ -79,16 +94,29 @@ class Campaign:
 
 CAMPAIGNS: dict[str, Campaign] = {
     "api-normal": Campaign(
-        "API, normal values", api_case, ("normal",), run_api_case, shrink, render_case, 0.40
+        "API, normal values", api_case, ("normal",), run_api_case, shrink, render_case, 0.35
     ),
     "api-extreme": Campaign(
-        "API, extreme values", api_case, ("extreme",), run_api_case, shrink, render_case, 0.40
+        "API, extreme values", api_case, ("extreme",), run_api_case, shrink, render_case, 0.35
     ),
     "model-files": Campaign(
         "model files via CLI", model_case, (), _run_cli, _shrink_cli, show_cli_case, 0.10
     ),
     "hf-configs": Campaign("HF configs via CLI", hf_case, (), _run_cli, _shrink_cli, show_cli_case, 0.06),
     "plugins": Campaign("faulty plugins", plugin_case, (), run_plugin_case, _shrink_plugin, json.dumps, 0.04),
+    "distinct-specs": Campaign(
+        "one spec object per layer",
+        distinct_case,
+        (),
+        run_distinct_case,
+        shrink_distinct,
+        show_distinct,
+        0.02,
+    ),
+    "special-files": Campaign(
+        "special files via CLI", special_case, (), _run_special, shrink_special, show_special, 0.04
+    ),
+    "environment": Campaign("environment values", env_case, (), _run_env, shrink_env, show_env, 0.04),
 }
 
 

@@ -242,7 +242,7 @@ class Planner:
         concurrency = max_concurrency(grouping.groups, agreed, config, ask)
         length = config.max_model_len
         capacity = capacity_tokens(concurrency, length)
-        waste = waste_report(laid_out, grouping.groups, config)
+        waste = waste_report(laid_out, grouping.groups, config, ask)
         ask.record(
             "capacity",
             "capacity",

@@ -21,11 +21,25 @@ from collections.abc import Sequence
 
 from kvrules.config import EngineConfig
 from kvrules.plan import KVCacheGroup, WasteReport, WorkerWaste
+from kvrules.plugin.ask import Asker
 from kvrules.specs.asked import blocks_of
+from kvrules.specs.base import KVCacheSpec
 
 
-def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: EngineConfig) -> WorkerWaste:
-    """Real and padding bytes of one request on a worker whose blocks cost ``block_bytes``."""
+def worker_waste(
+    groups: Sequence[KVCacheGroup], block_bytes: int, config: EngineConfig, ask: Asker | None = None
+) -> WorkerWaste:
+    """Real and padding bytes of one request on a worker whose blocks cost ``block_bytes``.
+
+    With ``ask``, every spec's answers are asked through it: a spec type answering wrongly here
+    (a later call) is a :class:`~kvrules.PluginError` naming that spec type's plugin."""
+
+    def blocks(spec: KVCacheSpec) -> int:
+        return ask.blocks(spec, config) if ask is not None else blocks_of(spec, config)
+
+    def value(spec: KVCacheSpec, attribute: str) -> int:
+        return int(ask.value("spec-type", spec, attribute) if ask is not None else getattr(spec, attribute))
+
     allocated = real = page_padding = 0
     for group in groups:
         spec = group.spec
@@ -35,10 +49,10 @@ def worker_waste(groups: Sequence[KVCacheGroup], block_bytes: int, config: Engin
         members = spec.members(group.layer_names).values() if spec.has_members else (spec,)
         weight = 1 if spec.has_members else len(group.layer_names)
         for member in members:
-            pages = blocks_of(member, config) * weight
-            real += pages * member.unpadded_page_size_bytes
-            page_padding += pages * member.padding_bytes
-        allocated += blocks_of(spec, config) * block_bytes
+            pages = blocks(member) * weight
+            real += pages * value(member, "unpadded_page_size_bytes")
+            page_padding += pages * value(member, "padding_bytes")
+        allocated += blocks(spec) * block_bytes
     return WorkerWaste(block_bytes, allocated, real, page_padding, allocated - real - page_padding)
 
 
@@ -55,9 +69,11 @@ def waste_report(
     workers: Sequence[tuple[Sequence[KVCacheGroup], int, int]],
     groups: Sequence[KVCacheGroup],
     config: EngineConfig,
+    ask: Asker | None = None,
 ) -> WasteReport:
-    """Build the report from ``(projected groups, block_bytes, memory)`` per worker."""
-    per_worker = tuple(worker_waste(g, block, config) for g, block, _ in workers)
+    """Build the report from ``(projected groups, block_bytes, memory)`` per worker (spec
+    answers asked through ``ask`` when given, see :func:`worker_waste`)."""
+    per_worker = tuple(worker_waste(g, block, config, ask) for g, block, _ in workers)
     ideal = math.inf
     for (_, _, memory), waste in zip(workers, per_worker, strict=True):
         if waste.real_bytes > 0:

@@ -57,10 +57,17 @@ def snapshot() -> Snapshot:
     return shot
 
 
+def _owner(key: str) -> str:
+    return key.rpartition(".")[0]
+
+
 def changes(before: Mapping[str, int], after: Mapping[str, int]) -> list[str]:
-    """``"<entry> added|replaced|deleted"`` for each difference, sorted."""
+    """``"<entry> added|replaced|deleted"`` for each difference, sorted. The entries of a class
+    that did not exist before (a plugin's own spec type, a subclass of kvrules' spec base) are
+    that plugin's code, not a change to kvrules: only classes and modules seen before count."""
+    owners = {_owner(key) for key in before}
     out = [f"{key} deleted" for key in before if key not in after]
-    out += [f"{key} added" for key in after if key not in before]
+    out += [f"{key} added" for key in after if key not in before and _owner(key) in owners]
     out += [f"{key} replaced" for key in before if key in after and before[key] != after[key]]
     return sorted(out)
 

@@ -30,6 +30,9 @@ from fuzz.outcome import BROKEN, ERROR, HANG, HANG_SECONDS, OK, OTHER, Outcome, 
 
 #: extra address space a child may map beyond what the parent had (MemoryError past it)
 MEMORY_CAP = 3 << 30
+#: the last characters of a child's stderr its report carries (a trace, a warning and an error
+#: line quoting a long value all fit)
+STDERR_TAIL = 1 << 16
 
 
 class _Tail(io.RawIOBase):
@@ -96,7 +99,7 @@ def _child(argv: Sequence[str], seconds: int, target: Callable[[list[str]], int]
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
-    err = _Tail(8192)
+    err = _Tail(STDERR_TAIL)
     sys.stdout = io.TextIOWrapper(_Tail(0), encoding="utf-8", errors="strict", write_through=True)
     sys.stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
     report: dict[str, Any] = {}
@@ -109,7 +112,7 @@ def _child(argv: Sequence[str], seconds: int, target: Callable[[list[str]], int]
         report.update(rc=1, exc=head(exc), type=type(exc).__name__, where=origin(exc))
     if report["rc"] == 0 and "exc" not in report:
         report["check"] = _plan_check(argv)
-    report["stderr"] = err.data.decode("utf-8", "replace")[-2000:]
+    report["stderr"] = err.data.decode("utf-8", "replace")[-STDERR_TAIL:]
     return report
 
 
@@ -230,4 +233,4 @@ def run_cli(argv: Sequence[str], seconds: int = HANG_SECONDS) -> Outcome:
     return classify(fork_main(argv, seconds))
 
 
-__all__ = ["MEMORY_CAP", "classify", "fork_main", "run_cli", "warm_up"]
+__all__ = ["MEMORY_CAP", "STDERR_TAIL", "classify", "fork_main", "run_cli", "warm_up"]
