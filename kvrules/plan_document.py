@@ -44,7 +44,14 @@ Concurrency = Annotated[float, msgspec.Meta(ge=0, le=MAX_BYTES)] | None
 _SIZE_KEYS = ("page_size_bytes", "real_page_size_bytes", "padding_bytes")
 _MISSING = object()
 #: the waste report's totals over workers, each recomputed on read
-_WASTE_TOTALS = ("allocated_bytes", "real_bytes", "page_padding_bytes", "slot_padding_bytes", "efficiency")
+_WASTE_TOTALS = (
+    "allocated_bytes",
+    "real_bytes",
+    "page_padding_bytes",
+    "slot_padding_bytes",
+    "scale_bytes",
+    "efficiency",
+)
 
 
 class _Group(msgspec.Struct, frozen=True):

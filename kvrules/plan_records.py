@@ -252,11 +252,14 @@ class WorkerWaste(msgspec.Struct, frozen=True, gc=False):
     real_bytes: Count
     page_padding_bytes: Count
     slot_padding_bytes: Count
+    #: the part of ``real_bytes`` that is quantisation scales (0 in documents written before 0.3)
+    scale_bytes: Count = 0
 
     @property
     def efficiency(self) -> float:
-        """``real / allocated`` (1.0 when nothing is allocated)."""
-        return 1.0 if self.allocated_bytes == 0 else self.real_bytes / self.allocated_bytes
+        """Real state over allocated: ``(real - scales) / allocated`` (1.0 when nothing is
+        allocated). Quantisation scales are not state (``KVCacheSpec.real_page_size_bytes``)."""
+        return 1.0 if self.allocated_bytes == 0 else (self.real_bytes - self.scale_bytes) / self.allocated_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """Plan-schema form."""
@@ -284,7 +287,7 @@ class WasteReport(msgspec.Struct, frozen=True):
 
     @property
     def real_bytes(self) -> int:
-        """Bytes of real state one request holds, all workers."""
+        """Bytes one request's pages need before padding (state and quantisation scales), all workers."""
         return sum(w.real_bytes for w in self.workers)
 
     @property
@@ -298,9 +301,16 @@ class WasteReport(msgspec.Struct, frozen=True):
         return sum(w.slot_padding_bytes for w in self.workers)
 
     @property
+    def scale_bytes(self) -> int:
+        """The part of :attr:`real_bytes` that is quantisation scales, all workers."""
+        return sum(w.scale_bytes for w in self.workers)
+
+    @property
     def efficiency(self) -> float:
-        """``real / allocated`` over all workers."""
-        return 1.0 if self.allocated_bytes == 0 else self.real_bytes / self.allocated_bytes
+        """Real state over allocated, all workers: ``(real - scales) / allocated``."""
+        if self.allocated_bytes == 0:
+            return 1.0
+        return (self.real_bytes - self.scale_bytes) / self.allocated_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """Plan-schema form."""
@@ -309,6 +319,7 @@ class WasteReport(msgspec.Struct, frozen=True):
             "real_bytes": self.real_bytes,
             "page_padding_bytes": self.page_padding_bytes,
             "slot_padding_bytes": self.slot_padding_bytes,
+            "scale_bytes": self.scale_bytes,
             "efficiency": self.efficiency,
             "padding_slots": self.padding_slots,
             "ideal_max_concurrency": finite(self.ideal_max_concurrency),

@@ -4,14 +4,17 @@ For every group ``g`` on a worker, one request holds ``B_g`` blocks of the group
 (its spec's ``blocks_per_request``), and each block reserves ``block_bytes`` bytes
 across the worker's tensors (the layout's bytes per block). Of those bytes:
 
-* real state: each layer ``l`` of ``g`` uses ``n_l`` pages (``B_g`` for a shared pool; its own
-  page count in a uniform-type group) of ``unpadded_page_size_bytes`` each;
+* real: each layer ``l`` of ``g`` uses ``n_l`` pages (``B_g`` for a shared pool; its own
+  page count in a uniform-type group) of ``unpadded_page_size_bytes`` each: the state
+  (``real_page_size_bytes``) and, for per-token-head quantised modes, its scales;
 * page padding: the same pages' padding (``page_size_bytes - unpadded_page_size_bytes``);
 * slot padding: everything else reserved (padding slots of shorter groups, pages a uniform-type
   member does not need, slack of a packed block).
 
-``real + page padding + slot padding = allocated`` exactly; efficiency is ``real / allocated``;
-the ideal capacity is what the same memory would hold with no padding at all.
+``real + page padding + slot padding = allocated`` exactly. Efficiency is real *state* over
+allocated, ``(real - scales) / allocated``: quantisation scales are not state, as the spec types
+define it (``KVCacheSpec.real_page_size_bytes``). The ideal capacity is what the same memory would
+hold with no padding at all (scales included: a request cannot do without them).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def worker_waste(
     def value(spec: KVCacheSpec, attribute: str) -> int:
         return int(ask.value("spec-type", spec, attribute) if ask is not None else getattr(spec, attribute))
 
-    allocated = real = page_padding = 0
+    allocated = real = page_padding = scales = 0
     for group in groups:
         spec = group.spec
         if spec.has_members and not group.layer_names:
@@ -50,10 +53,14 @@ def worker_waste(
         weight = 1 if spec.has_members else len(group.layer_names)
         for member in members:
             pages = blocks(member) * weight
-            real += pages * value(member, "unpadded_page_size_bytes")
+            unpadded = value(member, "unpadded_page_size_bytes")
+            real += pages * unpadded
+            scales += pages * (unpadded - value(member, "real_page_size_bytes"))
             page_padding += pages * value(member, "padding_bytes")
         allocated += blocks(spec) * block_bytes
-    return WorkerWaste(block_bytes, allocated, real, page_padding, allocated - real - page_padding)
+    return WorkerWaste(
+        block_bytes, allocated, real, page_padding, allocated - real - page_padding, scale_bytes=scales
+    )
 
 
 def padding_slots(groups: Sequence[KVCacheGroup]) -> int:
