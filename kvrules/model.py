@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrules.config import check_settings
-from kvrules.errors import KVRulesError, ModelFileError
+from kvrules.errors import KVRulesError, ModelFileError, PluginError
 from kvrules.jsonfile import as_path, read_document
 from kvrules.plugin.manager import default_manager
 from kvrules.specs import io
@@ -104,6 +104,8 @@ def _parse_layers(
         name = _layer_name(raw_name, source)
         try:
             spec = io.spec_from_dict(data, layer=name, spec_types=spec_types)
+        except PluginError as exc:  # a plugin's code failed, not the file: keep the class
+            raise PluginError(f"{source}: {exc}") from exc
         except KVRulesError as exc:
             raise ModelFileError(f"{source}: {exc}") from None
         _check_members(name, spec, source)

@@ -259,7 +259,9 @@ class WorkerWaste(msgspec.Struct, frozen=True, gc=False):
     def efficiency(self) -> float:
         """Real state over allocated: ``(real - scales) / allocated`` (1.0 when nothing is
         allocated). Quantisation scales are not state (``KVCacheSpec.real_page_size_bytes``)."""
-        return 1.0 if self.allocated_bytes == 0 else (self.real_bytes - self.scale_bytes) / self.allocated_bytes
+        return (
+            1.0 if self.allocated_bytes == 0 else (self.real_bytes - self.scale_bytes) / self.allocated_bytes
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plan-schema form."""

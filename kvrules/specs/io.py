@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
-from kvrules.errors import SpecError
+from kvrules.errors import PluginError, SpecError
 from kvrules.specs.base import KVCacheSpec, field_names, spec_to_dict
 from kvrules.specs.builtin import BUILTIN_SPEC_TYPES
 from kvrules.values import as_name, shown
@@ -52,6 +54,8 @@ def spec_from_dict(
         function never consults a plugin manager; ``kvrules.spec_from_dict`` passes the default
         manager's registered types).
     :raises SpecError: unknown type or key, a missing field, or an invalid value (naming the layer).
+    :raises PluginError: code outside kvrules (a plugin that patched a built-in spec class) raised
+        while a built-in spec was built.
     """
     where = f"layer {layer!r}" if layer is not None else "spec"
     if not isinstance(data, Mapping):
@@ -82,10 +86,32 @@ def spec_from_dict(
         raise SpecError(f"{where}: type {type_name!r} needs field(s) {', '.join(missing)}")
     try:
         return cls(**kwargs)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{where}: invalid value for type {type_name!r}: {exc}") from None
+    except Exception as exc:
+        foreign = _foreign_module(exc.__traceback__) if cls.__module__.startswith("kvrules.") else None
+        if foreign is not None:
+            raise PluginError(
+                f"{where}: module {foreign!r}, which is not kvrules, raised {type(exc).__name__} while kvrules' "
+                f"{type_name!r} spec was built: {exc}. A plugin that replaced part of kvrules when it was "
+                "loaded runs there (`kvrules strategies` names it; --block NAME leaves it out)"
+            ) from exc
+        if isinstance(exc, SpecError):
+            raise SpecError(f"{where}: {exc}") from None
+        if isinstance(exc, (TypeError, ValueError)):
+            raise SpecError(f"{where}: invalid value for type {type_name!r}: {exc}") from None
+        raise
+
+
+def _foreign_module(tb: TracebackType | None) -> str | None:
+    """The innermost traceback frame's module that is neither kvrules nor the standard library:
+    third-party code that ran inside a built-in spec's construction (a patched method)."""
+    found = None
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        top = module.partition(".")[0]
+        if module and top != "kvrules" and top not in sys.stdlib_module_names and module != "__main__":
+            found = module
+        tb = tb.tb_next
+    return found
 
 
 __all__ = ["spec_from_dict", "spec_to_dict"]
