@@ -20,7 +20,9 @@ from kvrules.examples import load_example
 from kvrules.hf.build import MTP
 from kvrules.hf.config import config_path
 from kvrules.model import ModelFile, load_model_file
+from kvrules.plan import Plan
 from kvrules.plugin.manager import KVRulesPluginManager, enable_trace, get_plugin_manager
+from kvrules.report.picture import draw_layout
 from kvrules.units import parse_sizes
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -272,6 +274,17 @@ def write_output(path: str, text: str, flag: str) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise written_error(flag, path, exc) from None
+
+
+def draw_picture(plan: Plan, path: str, title: str) -> None:
+    """``--picture PATH``: ``plan``'s memory layout drawn to ``path``.
+
+    :raises ConfigError: the file cannot be written (naming the flag and the path).
+    """
+    try:
+        draw_layout(plan, path, title=title)
+    except OSError as exc:
+        raise written_error("--picture", path, exc) from None
 
 
 def written_error(flag: str, path: str, exc: OSError) -> ConfigError:

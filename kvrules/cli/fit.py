@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 from kvrules.cli import flags
-from kvrules.cli.common import add_common, output_path, plugin_manager_from, written_error
+from kvrules.cli.common import add_common, draw_picture, output_path, plugin_manager_from
 from kvrules.errors import ConfigError
 from kvrules.hf.build import MTP
 from kvrules.hf.config import READERS
 from kvrules.hf.options import KV_CACHE_DTYPES
 from kvrules.plan import Plan
 from kvrules.report.fit import render_fit
-from kvrules.report.picture import check_format, draw_layout, formats_text
+from kvrules.report.picture import check_format, formats_text
 from kvrules.sizing.fit import DEFAULT_SETS, FitOptions, FitReport, fit
 from kvrules.sizing.gpus import catalog
 
@@ -82,10 +82,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     report = fit(args.hf_config, args.draft, options, plugin_manager=pm)
     if args.picture:
         plan, title = pictured(report)
-        try:
-            draw_layout(plan, args.picture, title=title)
-        except OSError as exc:
-            raise written_error("--picture", args.picture, exc) from None
+        draw_picture(plan, args.picture, title)
     print(json.dumps(report.to_dict()) if args.json else render_fit(report))
     return 0
 

@@ -9,6 +9,7 @@ from kvrules.cli.common import (
     add_common,
     add_plan_arguments,
     apply_workers,
+    draw_picture,
     engine_config,
     load_model,
     memory_from,
@@ -16,11 +17,10 @@ from kvrules.cli.common import (
     plugin_manager_from,
     strategies_from,
     write_output,
-    written_error,
 )
 from kvrules.cli.hf import with_model_decisions
 from kvrules.pipeline import Planner
-from kvrules.report.picture import check_format, draw_layout, formats_text
+from kvrules.report.picture import check_format, formats_text
 from kvrules.report.summary import render_summary
 from kvrules.report.tables import render_plan
 
@@ -39,10 +39,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output:
         write_output(args.output, plan.to_json() + "\n", "-o")
     if getattr(args, "picture", None):
-        try:
-            draw_layout(plan, args.picture, title=f"kvrules plan: {title}")
-        except OSError as exc:
-            raise written_error("--picture", args.picture, exc) from None
+        draw_picture(plan, args.picture, f"kvrules plan: {title}")
     if args.json:
         print(plan.to_json())
     else:

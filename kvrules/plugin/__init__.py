@@ -94,29 +94,8 @@ def _moved(home: str, module: ModuleType, *names: str) -> dict[str, tuple[str, M
 
 #: 0.2 names that left the author API: name -> (the module to import it from now, where it lives)
 _MOVED: dict[str, tuple[str, ModuleType]] = {
-    **_moved(
-        "kvrules.grouping",
-        _grouping,
-        "Candidate",
-        "GroupingCost",
-        "Pool",
-        "acceptable",
-        "alternatives",
-        "bucket_lengths",
-        "buckets_by_spec",
-        "buckets_where",
-        "grouping_cost",
-        "layer_buckets",
-        "ratio",
-        "search",
-        "shared_pool_blocker",
-        "split_bucket",
-        "split_buckets",
-        "split_cost",
-        "vllm_group_size",
-        "vllm_grouping",
-        "vllm_grouping_cost",
-    ),
+    # every public name of the grouping cost model but Bucket, which 0.3 added
+    **_moved("kvrules.grouping", _grouping, *(n for n in _grouping.__all__ if n != "Bucket")),
     **_moved(
         "kvrules",
         _manager,

@@ -15,11 +15,11 @@ def _billions(count: int) -> str:
     return f"{count / 1e9:.2f} B"
 
 
-def _answer_cells(answer: SetAnswer, length: int) -> list[object]:
-    if not answer.fits:
+def _answer_cells(answer: SetAnswer) -> list[object]:
+    """One strategy set's row of the answer table."""
+    if answer.plan is None:  # it does not fit: no plan
         longest = f"{answer.max_model_len_fits:,}" if answer.max_model_len_fits else "-"
         return [answer.strategy_set, "no", "-", longest, "-"]
-    assert answer.plan is not None
     return [
         answer.strategy_set,
         "yes",
@@ -63,7 +63,7 @@ def render_fit(report: FitReport) -> str:
         f"{o.max_num_batched_tokens:,}, KV cache {o.kv_cache_dtype}):",
         table(
             ["strategy set", "fits", "max concurrency", "longest request", "KV tokens"],
-            [_answer_cells(a, length) for a in report.answers],
+            [_answer_cells(a) for a in report.answers],
             indent="    ",
         ),
     ]
@@ -77,7 +77,7 @@ def render_fit(report: FitReport) -> str:
             "",
             "nearest settings that fit:"
             if report.nearest
-            else "no nearby setting fits (tried TP 1/2/4/8, fp8 KV, a shorter length, no draft)",
+            else "no nearby setting fits (tried TP 1/2/4/8, fp8 weights, fp8 KV, a shorter length, no draft)",
         ]
         if report.nearest:
             headers = ["change", "weights/GPU", "KV cache/GPU"] + [f"{s}: concurrency" for s in o.strategies]

@@ -301,11 +301,11 @@ def _read(config: str | Path | Mapping[str, Any] | HFConfig, reader: str) -> HFC
 
 
 def _gpu(options: FitOptions) -> GPUMemory:
+    """The GPU ``options`` name, or the memory they give (:class:`FitOptions` holds one of them)."""
     if options.gpu is not None:
         entry = find_gpu(options.gpu)
         return GPUMemory(entry.name, entry.memory_bytes, entry.memory_kind)
-    assert options.gpu_memory is not None
-    total = parse_size(options.gpu_memory)
+    total = 0 if options.gpu_memory is None else parse_size(options.gpu_memory)
     if total <= 0:
         raise ConfigError(f"fit: gpu_memory={shown(options.gpu_memory)} must be more than 0 bytes")
     return GPUMemory(None, total, "given")
