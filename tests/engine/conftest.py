@@ -31,8 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
     """Every engine run of the session, made on first use and kept (a failed run's error too):
-    ``alone``, ``auto``, ``default``, ``alone-mp``, ``auto-mp`` and ``decline``; ``RUN:SETUP`` is
-    run ``RUN`` again with setup ``SETUP`` only, in a fresh process."""
+    ``alone``, ``auto``, ``default``, ``alone-mp``, ``auto-mp`` and ``decline``."""
     base = tmp_path_factory.mktemp("engines")
     failed: dict[str, AssertionError] = {}
 
@@ -40,9 +39,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
         def __missing__(self, key: str) -> EngineRun:
             if key in failed:
                 raise failed[key]
-            run, _, only = key.partition(":")
             try:
-                self[key] = _start(run, base / key.replace(":", "-"), only or None)
+                self[key] = _start(key, base / key)
             except AssertionError as exc:
                 failed[key] = exc
                 raise
@@ -54,32 +52,20 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EngineRun]:
 @pytest.fixture(scope="session")
 def same_tokens(engines: dict[str, EngineRun]) -> Callable[[str, str], None]:
     """``same_tokens(run, setup)`` asserts that kvrules' run ``run`` generated vLLM's own greedy
-    tokens for ``setup``.
-
-    vLLM's CPU kernels on random dummy weights do not always repeat their own greedy tokens from
-    one process to the next (seen once in CI: 2 of 8 requests of ``mamba2-hybrid+wide-draft``
-    differed between two runs of vLLM alone's sequence, with the same ``KVCacheConfig``). So where
-    the shared runs differ, the pair is started once more, that setup alone, each in a fresh
-    process, and those two must agree: a difference kvrules causes shows in both pairs.
-    """
+    tokens for ``setup`` (compared with vLLM alone's run of the same kind)."""
 
     def check(run: str, name: str) -> None:
         base = "alone-mp" if run.endswith("-mp") else "alone"
-        if engines[run][name]["tokens"] == engines[base][name]["tokens"]:
-            return
-        again, again_base = engines[f"{run}:{name}"][name], engines[f"{base}:{name}"][name]
-        assert again["tokens"] == again_base["tokens"], (
-            f"{run} and vLLM alone generated different tokens for {name!r}, twice"
+        assert engines[run][name]["tokens"] == engines[base][name]["tokens"], (
+            f"{run} and vLLM alone generated different tokens for {name!r}"
         )
 
     return check
 
 
-def _start(run: str, workdir: Path, only: str | None) -> EngineRun:
-    """Run ``run`` (a key of ``_RUNS``), with setup ``only`` alone when given."""
+def _start(run: str, workdir: Path) -> EngineRun:
+    """Run ``run`` (a key of ``_RUNS``)."""
     setups, options = _RUNS[run]
-    if only is not None:
-        setups = [s for s in setups if s["name"] == only]
     if run == "decline":
         options = {**options, "pythonpath": [install_test_plugin(workdir / "site")]}
     return run_engines(setups, workdir, **options)

@@ -57,6 +57,12 @@ def run_engines(
     given.write_text(json.dumps(list(setups)))
     child = {k: v for k, v in os.environ.items() if not k.startswith(("KVRULES_", "VLLM_"))}
     child.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    # vLLM 0.32's CPU path for a Mamba2 target with a draft reads memory it never wrote, so its
+    # greedy tokens follow whatever the heap held: here `MALLOC_PERTURB_=165` turns vLLM alone's
+    # tokens for `mamba2-hybrid+wide-draft` into the ones CI's kvrules run gave. glibc filling
+    # every allocation with one byte makes each run's tokens depend on the plan alone, not on
+    # what else the process imported before.
+    child["MALLOC_PERTURB_"] = "37"
     if not multiprocess:
         child["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if pythonpath:
