@@ -77,7 +77,7 @@ def render_fit(report: FitReport) -> str:
             "",
             "nearest settings that fit:"
             if report.nearest
-            else "no nearby setting fits (tried TP 1/2/4/8, fp8 weights, fp8 KV, a shorter length, no draft)",
+            else "no nearby setting fits (tried TP 1/2/4/8, PP 2/4 at TP 8, fp8 weights, fp8 KV, a shorter length, no draft)",
         ]
         if report.nearest:
             headers = ["change", "weights/GPU", "KV cache/GPU"] + [f"{s}: concurrency" for s in o.strategies]

@@ -12,7 +12,7 @@
    asked (``default`` and ``vllm-0.33`` unless told otherwise), at the requested length and
    with auto-fit for the largest length one request can have;
 4. **the nearest settings that fit** when the first set's plan does not: the smallest TP of
-   1/2/4/8, an fp8 checkpoint of the model (at the smallest TP where it fits), an fp8 KV cache,
+   1/2/4/8 (where none fits, PP 2 or 4 at TP 8: more than one node), an fp8 checkpoint of the model (at the smallest TP where it fits), an fp8 KV cache,
    the largest length that fits, no draft; each planned for real.
 
 Parameter counts that rest on a size field the config leaves out (a trimmed config) are refused
@@ -51,6 +51,8 @@ SCHEMA = "kvrules.fit/v1"
 DEFAULT_SETS = ("default", "vllm-0.33")
 #: tensor-parallel sizes tried for "the smallest TP that fits"
 TP_SIZES = (1, 2, 4, 8)
+#: pipeline-parallel sizes tried at the largest TP when no TP alone fits (8 GPUs a node)
+PP_SIZES = (2, 4)
 #: config fields that set a tensor's shape; a count resting on their class default is a guess
 SIZE_FIELDS = frozenset(
     {
@@ -480,16 +482,30 @@ def _fp8_weights(inputs: _Inputs) -> _Inputs:
 def _smallest_tp(
     inputs: _Inputs, options: FitOptions, gpu: GPUMemory, notes: tuple[str, ...], sizes: Sequence[int]
 ) -> FitReport | None:
-    """The report at the first TP of ``sizes`` that fits (a TP the heads cannot be divided by is
-    skipped: vLLM refuses it too), or ``None``."""
-    for tp in sizes:
+    """The report at the first TP of ``sizes`` that fits, or ``None``."""
+    return _first_fit(inputs, [replace(options, tp=tp) for tp in sizes], gpu, notes)
+
+
+def _first_fit(
+    inputs: _Inputs, tries: Sequence[FitOptions], gpu: GPUMemory, notes: tuple[str, ...]
+) -> FitReport | None:
+    """The report of the first of ``tries`` that fits (a TP the heads cannot be divided by, or a
+    PP larger than the layers, is skipped: vLLM refuses it too), or ``None``."""
+    for tried_options in tries:
         try:
-            tried = _report(inputs, replace(options, tp=tp), gpu, notes)
+            tried = _report(inputs, tried_options, gpu, notes)
         except ConfigError:
             continue
         if tried.fits:
             return tried
     return None
+
+
+def _deeper(inputs: _Inputs, options: FitOptions, gpu: GPUMemory, notes: tuple[str, ...]) -> FitReport | None:
+    """Where no TP up to 8 fits: the first PP of :data:`PP_SIZES` at TP 8 that fits, or ``None``."""
+    tp = max(options.tp, TP_SIZES[-1])
+    tries = [replace(options, tp=tp, pp=pp) for pp in PP_SIZES if pp > options.pp]
+    return _first_fit(inputs, tries, gpu, notes)
 
 
 def _nearest(inputs: _Inputs, report: FitReport) -> tuple[Alternative, ...]:
@@ -498,6 +514,15 @@ def _nearest(inputs: _Inputs, report: FitReport) -> tuple[Alternative, ...]:
     found: list[tuple[str, FitReport | None]] = []
     wider = _smallest_tp(inputs, options, gpu, notes, [t for t in TP_SIZES if t > options.tp])
     found.append((f"tensor-parallel size {wider.options.tp}" if wider else "", wider))
+    if wider is None:
+        deeper = _deeper(inputs, options, gpu, notes)
+        change = (
+            f"tensor-parallel size {deeper.options.tp}, pipeline-parallel size {deeper.options.pp} "
+            f"({deeper.options.tp * deeper.options.pp} GPUs)"
+            if deeper
+            else ""
+        )
+        found.append((change, deeper))
     if options.kv_cache_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         found.append(("fp8 KV cache", _report(inputs, replace(options, kv_cache_dtype="fp8"), gpu, notes)))
     if not inputs.params.scheme.quantized:

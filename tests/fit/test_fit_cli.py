@@ -86,7 +86,7 @@ def test_picture_with_nothing_that_fits_is_an_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     out = tmp_path / "fit.svg"
-    code, _, err = run(capsys, "fit", "--hf-config", NEXT, "--gpu-memory", "8GiB", "--picture", str(out))
+    code, _, err = run(capsys, "fit", "--hf-config", NEXT, "--gpu-memory", "4GiB", "--picture", str(out))
     assert code == 2 and "nothing fits" in err and not out.exists()
 
 

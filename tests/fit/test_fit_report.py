@@ -50,6 +50,21 @@ def test_80b_does_not_fit_one_80gb_gpu_and_tp4_is_the_nearest(next_on_h100: FitR
     validate(report)
 
 
+def test_where_no_tp_up_to_8_fits_pipeline_stages_at_tp8_are_the_nearest() -> None:
+    # DeepSeek-V3's fp8 checkpoint (~629 GiB) leaves no KV cache on 8 GPUs of 80 GB; 16 fit
+    report = fit(HF / "deepseek-ai__DeepSeek-V3", gpu="H100")
+    tp8 = fit(HF / "deepseek-ai__DeepSeek-V3", gpu="H100", tp=8)
+    assert not report.fits and not tp8.fits
+    assert tp8.weights_bytes_per_gpu + tp8.runtime.total_bytes > tp8.usable_bytes
+    changes = [a.change for a in report.nearest]
+    assert changes[0] == "tensor-parallel size 8, pipeline-parallel size 2 (16 GPUs)", changes
+    pp2 = report.nearest[0].report
+    assert pp2.fits and (pp2.options.tp, pp2.options.pp) == (8, 2)
+    # two stages halve the fullest rank's weights, give or take the embedding and the head
+    assert 0.45 * tp8.weights_bytes_per_gpu < pp2.weights_bytes_per_gpu < 0.6 * tp8.weights_bytes_per_gpu
+    validate(report)
+
+
 def test_a_quantised_checkpoint_is_not_offered_fp8_weights() -> None:
     report = fit(HF / "openai__gpt-oss-120b", gpu="L40S", allow_assumed_sizes=True, max_model_len=8192)
     assert not report.fits
