@@ -166,8 +166,9 @@ def reader_for(config: HFConfig) -> Reader:
         return ARCHITECTURES[model_type]
     if model_type in NOT_COUNTED:
         raise ModelFileError(
-            f"{config.source}: model_type {model_type!r} cannot be counted yet: {NOT_COUNTED[model_type]}; "
-            "give the weights' size instead (the fit's weights_bytes override)"
+            f"{config.source}: model_type {model_type!r} cannot be counted yet: {NOT_COUNTED[model_type]}, "
+            "so kvrules fit cannot size its weights; to plan its KV cache in the memory the weights "
+            f"leave, run `kvrules plan --hf-config {config.source} --memory SIZE`"
         )
     known = ", ".join(sorted(ARCHITECTURES))
     raise ModelFileError(

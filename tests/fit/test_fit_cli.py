@@ -99,3 +99,16 @@ def test_the_reader_can_be_chosen(capsys: pytest.CaptureFixture[str]) -> None:
     assert "built-in" in notes
     code, _, err = run(capsys, *base, "--hf-reader", "magic")
     assert code == 2 and "--hf-reader" in err
+
+
+@pytest.mark.parametrize("name", ["Zyphra__Zamba2-2.7B", "moonshotai__Kimi-Linear-48B-A3B-Instruct"])
+def test_a_model_fit_cannot_count_names_a_command_that_plans_it(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    code, _, err = run(capsys, "fit", "--hf-config", str(HF / name), "--gpu", "H100")
+    assert code == 2 and "cannot be counted yet" in err
+    suggested = err.partition("run `")[2].partition("`")[0]
+    assert suggested.startswith("kvrules plan --hf-config ") and suggested.endswith(" --memory SIZE")
+    argv = suggested.replace("SIZE", "20GiB").split()[1:]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "num_blocks" in out
