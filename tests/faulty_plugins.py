@@ -23,6 +23,7 @@ from kvrules.plugin import (
     AllocatorRegistry,
     Architecture,
     ArchitectureRegistry,
+    BackingTensor,
     Check,
     Converter,
     Fallback,
@@ -372,6 +373,22 @@ class FaultyLayout(Layout):
         if self.fault == "tensors-stranger":
             return (*tensors, kvrules.KVCacheTensor(page, ("not-a-layer",)))
         return tensors
+
+
+@dataclass(frozen=True)
+class FaultyBackingLayout(FaultyLayout):
+    """A layout that also places one backing allocation (vLLM 0.33's form), faulty there."""
+
+    name: str = "faulty-backing-layout"
+
+    def backing(
+        self, groups: Sequence[kvrules.KVCacheGroup], num_blocks: int, layout: str | None = None
+    ) -> tuple[BackingTensor, ...]:
+        if self.fault == "backing-raise":
+            raise RuntimeError("the faulty layout cannot place")
+        if self.fault == "backing-list":
+            return []  # type: ignore[return-value]
+        return ()
 
 
 @dataclass(frozen=True)

@@ -108,16 +108,12 @@ def choose_allocator(registry: AllocatorRegistry, device: str, name: str | None,
                 f"unknown allocator {name!r}; available: {', '.join(sorted(registry.items)) or 'none'}"
             )
         candidates = [registry.items[name]]
-    reasons = []
-    for allocator in candidates:
-        check = ask.check("allocator", allocator, "supports", device)
-        if check.applies:
-            ask.record("allocate", allocator.name, "applied", check.reason)
-            return allocator
-        ask.record("allocate", allocator.name, "declined", check.reason)
-        reasons.append(f"{allocator.name}: {check.reason}")
+    asked = ask.first(candidates, "allocate", (device,), kind="allocator", method="supports")
+    if asked.found is not None:
+        ask.record("allocate", asked.found.name, "applied", asked.check.reason)
+        return asked.found  # type: ignore[no-any-return]
     raise AllocationError(
-        f"no allocator can allocate on device {device!r}; asked: {'; '.join(reasons) or 'none registered'}"
+        f"no allocator can allocate on device {device!r}; asked: {'; '.join(asked.declined) or 'none registered'}"
     )
 
 

@@ -118,18 +118,24 @@ def _default_layout(
     ask: Asker,
     declined: set[tuple[str, str]],
 ) -> tuple[ViewLayout, Check]:
-    reasons = []
-    for layout in defaults:
-        check = ask.check("view-layout", layout, "supports", place.spec)
-        if check.applies:
-            return layout, check
-        if (layout.name, check.reason) not in declined:
-            declined.add((layout.name, check.reason))
-            ask.record("allocate", layout.name, "declined", check.reason, layer=place.layer)
-        reasons.append(f"{layout.name}: {check.reason}")
+    asked = ask.first(
+        defaults,
+        "allocate",
+        (place.spec,),
+        kind="view-layout",
+        method="supports",
+        layer=place.layer,
+        record=False,
+    )
+    for decision in asked.declines:  # each distinct answer once, with the first layer it was given for
+        if (decision.rule, decision.reason) not in declined:
+            declined.add((decision.rule, decision.reason))
+            ask.decisions.add(decision)
+    if asked.found is not None:
+        return asked.found, asked.check
     raise AllocationError(
         f"no view layout supports layer {place.layer!r} (spec type {place.spec.type_name!r}); asked: "
-        f"{'; '.join(reasons) or 'no default view layout is registered'}. Register one with "
+        f"{'; '.join(asked.declined) or 'no default view layout is registered'}. Register one with "
         "registry.add_view_layout(...) in a kvrules_register_allocators hook, or block the plugin "
         "that provides this spec type"
     )

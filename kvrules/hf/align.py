@@ -189,7 +189,8 @@ def align_specs(
     if not rules:
         ask.record(STAGE, "align", "declined", "No aligner is active in this strategy set.")
         return AlignedSpecs(specs, Alignment(strategies.name, (), None))
-    rule, check, _ = ask.first(rules, STAGE, (ask.frozen(specs), ctx))
+    first = ask.first(rules, STAGE, (ask.frozen(specs), ctx))
+    rule, check = first.found, first.check
     if rule is None:
         return AlignedSpecs(specs, Alignment(strategies.name, tuple(r.name for r in rules), None))
     asked = tuple(r.name for r in rules[: rules.index(rule) + 1])

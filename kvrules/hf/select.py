@@ -45,11 +45,16 @@ def select_architecture(config: HFConfig, ask: Asker, *, role: str = "target") -
         how to add one).
     """
     registry = ask.registries.architectures
-    for arch in registry.ordered():
-        check = ask.check("architecture", arch, "recognises", config)
-        if check.applies:
-            return arch, check
-        ask.record(STAGE, arch.name, "declined", f"{role} {config.title}: {check.reason}")
+    asked = ask.first(
+        registry.ordered(),
+        STAGE,
+        (config,),
+        kind="architecture",
+        method="recognises",
+        note=f"{role} {config.title}: {{}}".format,
+    )
+    if asked.found is not None:
+        return asked.found, asked.check
     classes = ", ".join(config.architectures) or "none"
     raise ModelFileError(
         f"{config.source}: no registered architecture recognises this {role} model (model_type "

@@ -12,11 +12,10 @@ from kvrules.specs.base import KVCacheSpec
 def convert(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> Mapping[str, KVCacheSpec]:
     """Every active converter in order: each that applies rewrites the specs (same layers, same
     order); the ones that decline are recorded."""
-    for rule in ctx.strategies.rules("convert"):
-        check = ask.check(rule.kind, rule, "check", ask.frozen(specs), ctx)
-        if not check.applies:
-            ask.record("convert", rule.name, "declined", check.reason)
-            continue
-        specs = ask.convert(rule, specs, ctx)
-        ask.record("convert", rule.name, "applied", check.reason)
-    return specs
+    return ask.each(
+        ctx.strategies.rules("convert"),
+        "convert",
+        specs,
+        lambda rule, now: ask.convert(rule, now, ctx),
+        lambda now: (ask.frozen(now), ctx),
+    )

@@ -9,26 +9,29 @@ from kvrules.errors import GroupingError
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
+from kvrules.plugin.rules import Rule
 from kvrules.specs.base import KVCacheSpec
+
+#: the groups partitioners have made so far, and the specs they leave
+Partitioned = tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec]]
 
 
 def partition(
     specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker
 ) -> tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec]]:
     """Every active partitioner in order on what is left: ``(groups made, specs left)``."""
-    groups: list[KVCacheGroup] = []
-    remaining: Mapping[str, KVCacheSpec] = specs
-    for rule in ctx.strategies.rules("partition"):
-        if not remaining:
-            break
-        check = ask.check(rule.kind, rule, "check", ask.frozen(remaining), ctx)
-        if not check.applies:
-            ask.record("group", rule.name, "declined", check.reason)
-            continue
-        made, remaining = ask.partition(rule, remaining, ctx)
-        ask.record("group", rule.name, "applied", check.reason)
-        groups.extend(made)
-    return groups, remaining
+    def partitioned(rule: Rule, so_far: Partitioned) -> Partitioned:
+        made, left = ask.partition(rule, so_far[1], ctx)
+        return [*so_far[0], *made], left
+
+    return ask.each(
+        ctx.strategies.rules("partition"),
+        "group",
+        (list[KVCacheGroup](), specs),
+        partitioned,
+        lambda so_far: (ask.frozen(so_far[1]), ctx),
+        until=lambda so_far: not so_far[1],
+    )
 
 
 def group(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> list[KVCacheGroup]:
@@ -38,11 +41,12 @@ def group(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> lis
     """
     if not specs:
         return []
-    rule, check, declined = ask.first(ctx.strategies.rules("grouper"), "group", (ask.frozen(specs), ctx))
+    asked = ask.first(ctx.strategies.rules("grouper"), "group", (ask.frozen(specs), ctx))
+    rule, check = asked.found, asked.check
     if rule is None:
         raise GroupingError(
-            f"no active grouper can group {len(specs)} layer(s); asked: "
-            f"{'; '.join(declined) or 'none active'}. Activate a grouper such as 'vllm-group-size'."
+            f"no active grouper can group {len(specs)} layer(s); asked: {asked.said}. "
+            "Activate a grouper such as 'vllm-group-size'."
         )
     seen = ask.decisions.mark()
     groups = ask.group(rule, specs, ctx)

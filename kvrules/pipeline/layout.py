@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kvrules.config import EngineConfig
-from kvrules.errors import CapacityError, GroupingError, KVRulesError, PluginError
+from kvrules.errors import CapacityError, GroupingError
 from kvrules.plan import BackingTensor, KVCacheGroup, KVCacheTensor, WorkerPlan
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
@@ -44,19 +44,18 @@ def choose_layouts(
             ask.record("layout", "layout", "declined", f"Worker {index} holds no KV-cache layer; no tensors.")
             out.append(WorkerLayout(index, groups, None, memory, 0))
             continue
-        rule, check, declined = ask.first(
-            ctx.strategies.rules("layout"),
-            "layout",
-            (groups, ctx),
-            note=f"Worker {index}: {{}}".format,
+        asked = ask.first(
+            ctx.strategies.rules("layout"), "layout", (groups, ctx), note=f"Worker {index}: {{}}".format
         )
+        rule = asked.found
         if rule is None:
-            raise GroupingError(
-                f"no active layout can hold worker {index}'s groups; asked: {'; '.join(declined) or 'none active'}"
-            )
+            raise GroupingError(f"no active layout can hold worker {index}'s groups; asked: {asked.said}")
         block = ask.block_bytes(rule, groups)
         ask.record(
-            "layout", rule.name, "applied", f"Worker {index}: {check.reason} One block costs {block} bytes."
+            "layout",
+            rule.name,
+            "applied",
+            f"Worker {index}: {asked.check.reason} One block costs {block} bytes.",
         )
         out.append(WorkerLayout(index, groups, rule, memory, block))
     return out
@@ -122,7 +121,9 @@ def own_blocks(worker: WorkerLayout, ask: Asker) -> int:
     return blocks
 
 
-def backing_of(worker: WorkerLayout, num_blocks: int, config: EngineConfig) -> tuple[BackingTensor, ...]:
+def backing_of(
+    worker: WorkerLayout, num_blocks: int, config: EngineConfig, ask: Asker
+) -> tuple[BackingTensor, ...]:
     """vLLM 0.33's form of the worker's placement, from a layout that places one backing
     allocation (it has a ``backing(groups, num_blocks, layout)`` method, ``layout`` being the
     KV-cache layout these groups are planned against, :meth:`EngineConfig.layout_for`); empty
@@ -131,24 +132,10 @@ def backing_of(worker: WorkerLayout, num_blocks: int, config: EngineConfig) -> t
     :raises PluginError: the layout's ``backing`` raised, or did not return a tuple of
         :class:`BackingTensor` (naming the layout).
     """
-    place = getattr(worker.layout, "backing", None)
-    if worker.layout is None or not callable(place):
+    if worker.layout is None or not callable(getattr(worker.layout, "backing", None)):
         return ()
     specs = (s for g in worker.groups for s in g.spec.members(g.layer_names).values())
-    try:
-        backing = place(worker.groups, num_blocks, layout=config.layout_for(specs)[0])
-    except KVRulesError:
-        raise
-    except Exception as exc:
-        raise PluginError(
-            f"layout {worker.layout.name!r}: backing() raised {type(exc).__name__}: {shown(str(exc), 200)}"
-        ) from exc
-    if not isinstance(backing, tuple) or not all(isinstance(t, BackingTensor) for t in backing):
-        raise PluginError(
-            f"layout {worker.layout.name!r}: backing() returned {shown(backing)}; it must return a "
-            "tuple of kvrules.plan.BackingTensor"
-        )
-    return backing
+    return ask.backing(worker.layout, worker.groups, num_blocks, config.layout_for(specs)[0])
 
 
 def lay_out(
@@ -187,7 +174,7 @@ def lay_out(
                 worker.layout.name,
                 worker.memory,
                 blocks,
-                backing_of(worker, agreed, ctx.config),
+                backing_of(worker, agreed, ctx.config, ask),
             )
         )
     if len(workers) > 1:

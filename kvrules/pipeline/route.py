@@ -22,13 +22,13 @@ def choose_route(
     :raises UnificationError: raised by the router itself (the caller may fall back).
     :raises GroupingError: no active router accepts the model.
     """
-    rule, answer, declined = ask.first(ctx.strategies.rules("router"), "route", (ask.frozen(specs), ctx))
+    asked = ask.first(ctx.strategies.rules("router"), "route", (ask.frozen(specs), ctx))
+    rule = asked.found
     if rule is None:
         raise GroupingError(
-            "no active router accepts this model; asked: "
-            f"{'; '.join(declined) or 'none active'}. Activate a router such as 'unified-page'."
+            f"no active router accepts this model; asked: {asked.said}. Activate a router such as 'unified-page'."
         )
-    ask.record("route", rule.name, "applied", answer.reason)
+    ask.record("route", rule.name, "applied", asked.check.reason)
     if getattr(rule, "unifies", False):
         return rule, None
     return rule, ask.route(rule, specs, ctx)
@@ -41,10 +41,11 @@ def fall_back(
 
     :raises UnificationError: ``error`` again (with the fallbacks' reasons) when none applies.
     """
-    rule, answer, declined = ask.first(ctx.strategies.rules("fallback"), "route", (ask.frozen(specs), ctx))
+    asked = ask.first(ctx.strategies.rules("fallback"), "route", (ask.frozen(specs), ctx))
+    rule = asked.found
     if rule is None:
-        if declined:
-            raise UnificationError(f"{error}\nFallbacks declined: {'; '.join(declined)}") from error
+        if asked.declined:
+            raise UnificationError(f"{error}\nFallbacks declined: {asked.said}") from error
         raise error
-    ask.record("route", rule.name, "applied", answer.reason)
+    ask.record("route", rule.name, "applied", asked.check.reason)
     return rule, ask.route(rule, specs, ctx)

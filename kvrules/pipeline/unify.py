@@ -31,22 +31,20 @@ def _unify_one(
     ctx: PlanContext,
     ask: Asker,
 ) -> tuple[KVCacheSpec, list[Decision]]:
-    decisions: list[Decision] = []
     before = ask.summary(spec)
-    declined: list[str] = []
-    for rule in rules:
-        check = ask.check(rule.kind, rule, "check", layer, spec, target, ctx)
-        if not check.applies:
-            decisions.append(Decision("unify", rule.name, "declined", layer, check.reason, before))
-            declined.append(f"{rule.name}: {check.reason}")
-            continue
+    asked = ask.first(rules, "unify", (layer, spec, target, ctx), layer=layer, before=before, record=False)
+    decisions = asked.declines
+    rule = asked.found
+    if rule is not None:
         new = ask.strategy(rule, layer, spec, target, ctx)
         padding = new.page_size_bytes - new.unpadded_page_size_bytes - spec.padding_bytes
         decisions.append(
-            Decision("unify", rule.name, "applied", layer, check.reason, before, ask.summary(new), padding)
+            Decision(
+                "unify", rule.name, "applied", layer, asked.check.reason, before, ask.summary(new), padding
+            )
         )
         return new, decisions
-    asked = "\n".join(f"  - {line}" for line in declined) or "  (no layer strategy is active)"
+    listed = "\n".join(f"  - {line}" for line in asked.declined) or "  (no layer strategy is active)"
     # keep the declines in the log: a fallback route may still produce a plan from it
     ask.decisions.extend(decisions)
     ask.record(
@@ -60,7 +58,7 @@ def _unify_one(
     raise UnificationError(
         f"layer {layer!r} ({spec.type_name}, block_size {spec.block_size}, page {spec.page_size_bytes} "
         f"bytes) cannot be brought to the common page size of {target} bytes (the page of layer "
-        f"{target_layer!r}). Rules asked:\n{asked}\nHint: {spec.unification_hint(target)}."
+        f"{target_layer!r}). Rules asked:\n{listed}\nHint: {spec.unification_hint(target)}."
     )
 
 

@@ -37,17 +37,21 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import is_
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision, DecisionLog
 from kvrules.errors import KVRulesError, PluginError, SpecAnswerError, SpecError
-from kvrules.plan import KVCacheGroup, KVCacheTensor
+from kvrules.plan import BackingTensor, KVCacheGroup, KVCacheTensor
 from kvrules.plugin import answers
 from kvrules.plugin.allocator import Placement, ViewLayout
 from kvrules.plugin.registry import IN_PROCESS, Registries, Registry
 from kvrules.plugin.rules import Check, Rule
 from kvrules.specs.base import KVCacheSpec, distinct_specs
+from kvrules.values import shown
+
+#: what :meth:`Asker.each` threads through the rules it asks
+S = TypeVar("S")
 
 #: how each kind of plugin object is named in messages
 KIND_WORDS = {
@@ -83,6 +87,21 @@ def _innermost_plugin_module(
                 found = (module, provider)
         tb = tb.tb_next
     return found
+
+
+class Asked(NamedTuple):
+    """What :meth:`Asker.first` found: the first object that applies (``None`` when none did),
+    its answer, and each one that declined before it (``"name: reason"``, and as decisions)."""
+
+    found: Any
+    check: Check
+    declined: list[str]
+    declines: list[Decision]
+
+    @property
+    def said(self) -> str:
+        """The declines for a message: ``"a: reason; b: reason"``, or ``"none active"``."""
+        return "; ".join(self.declined) or "none active"
 
 
 @dataclass
@@ -213,28 +232,67 @@ class Asker:
         """:meth:`DecisionLog.record` of :attr:`decisions`: append one decision (see :class:`~kvrules.Decision`)."""
         return self.decisions.record
 
-    # -- the common loop ------------------------------------------------------------------
+    # -- the common loops -----------------------------------------------------------------
     def first(
         self,
-        rules: Sequence[Rule],
+        asked: Sequence[Any],
         stage: str,
         args: tuple[Any, ...],
         *,
+        kind: str | None = None,
+        method: str = "check",
+        layer: str | None = None,
+        before: Mapping[str, Any] | None = None,
         note: Callable[[str], str] = lambda reason: reason,
-    ) -> tuple[Rule | None, Check, list[str]]:
-        """Ask ``rules`` (already in order) their guard ``check(*args)`` and record each decline.
+        record: bool = True,
+    ) -> Asked:
+        """Ask ``asked`` (already in order) their guard ``method(*args)`` until one applies.
 
-        :returns: the first rule that applies and its answer, and the declines as
-            ``"name: reason"``; ``(None, Check(False, ""), declines)`` when none applies.
+        Each decline becomes a decision of ``stage`` (its reason passed through ``note``, for
+        ``layer`` with spec summary ``before``), recorded at once, or with ``record=False`` only
+        returned, for a caller that copies or filters them (one answer shared by many layers).
+
+        :param kind: the kind of every object asked (rules: each rule's own ``kind``).
         """
-        reasons: list[str] = []
-        for rule in rules:
-            answer = self.check(rule.kind, rule, "check", *args)
+        declined: list[str] = []
+        declines: list[Decision] = []
+        for obj in asked:
+            answer = self.check(kind or obj.kind, obj, method, *args)
             if answer.applies:
-                return rule, answer, reasons
-            self.record(stage, rule.name, "declined", note(answer.reason))
-            reasons.append(f"{rule.name}: {answer.reason}")
-        return None, Check(False, ""), reasons
+                return Asked(obj, answer, declined, declines)
+            decision = Decision(stage, obj.name, "declined", layer, note(answer.reason), before)
+            if record:
+                self.decisions.add(decision)
+            declines.append(decision)
+            declined.append(f"{obj.name}: {answer.reason}")
+        return Asked(None, Check(False, ""), declined, declines)
+
+    def each(
+        self,
+        rules: Sequence[Rule],
+        stage: str,
+        state: S,
+        act: Callable[[Rule, S], S],
+        args: Callable[[S], tuple[Any, ...]],
+        *,
+        until: Callable[[S], bool] = lambda state: False,
+    ) -> S:
+        """Every rule of ``rules`` in order acting on ``state`` in turn: a rule whose guard
+        ``check(*args(state))`` holds gives the next state, ``act(rule, state)``.
+
+        A decline is recorded at once, an applied decision once the rule has acted. Stops early
+        when ``until(state)`` holds. :returns: the last state.
+        """
+        for rule in rules:
+            if until(state):
+                break
+            answer = self.check(rule.kind, rule, "check", *args(state))
+            if not answer.applies:
+                self.record(stage, rule.name, "declined", answer.reason)
+                continue
+            state = act(rule, state)
+            self.record(stage, rule.name, "applied", answer.reason)
+        return state
 
     # -- spec types ---------------------------------------------------------------------------
     def specs(
@@ -455,6 +513,20 @@ class Asker:
             raise self.fault(rule.kind, rule, problem)
         return tuple(tensors)
 
+    def backing(
+        self, rule: Rule, groups: Sequence[KVCacheGroup], num_blocks: int, layout: str | None
+    ) -> tuple[BackingTensor, ...]:
+        """A layout's one backing allocation in vLLM 0.33's form (``backing(groups, num_blocks,
+        layout)``): a tuple of :class:`~kvrules.plan.BackingTensor`."""
+        backing = self.call(rule.kind, rule, "backing", groups, num_blocks, layout)
+        if not isinstance(backing, tuple) or not all(isinstance(t, BackingTensor) for t in backing):
+            raise self.fault(
+                rule.kind,
+                rule,
+                f"returned {shown(backing)} from backing(); it must return a tuple of kvrules.plan.BackingTensor",
+            )
+        return backing
+
     # -- aligners --------------------------------------------------------------------------------
     def align(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
         """An aligner's specs: same layers, order and types; only its ``touches`` changed."""
@@ -653,4 +725,4 @@ def _first_layers(specs: Mapping[str, Any], distinct: Sequence[Any]) -> dict[int
     return firsts
 
 
-__all__ = ["KIND_WORDS", "AskedViewLayout", "Asker", "changed_in_place", "snapshot"]
+__all__ = ["KIND_WORDS", "Asked", "AskedViewLayout", "Asker", "changed_in_place", "snapshot"]

@@ -477,6 +477,14 @@ fault("layout-P4-tensor-size-negative", rule(fp.FaultyLayout, "tensors-negative"
 fault("layout-P4-tensors-omit-layers", rule(fp.FaultyLayout, "tensors-omit"), LAYOUT)(
     "left 2 layer(s) in no tensor, e.g. attn.0, swa.0"
 )
+BACKING = plan(["vllm", "faulty-backing-layout"])
+BACKER = blame("rule", "faulty-backing-layout", "test-faulty-backing-layout")
+fault("layout-P1-backing-raises", rule(fp.FaultyBackingLayout, "backing-raise"), BACKING, BACKER)(
+    "raised RuntimeError in backing: the faulty layout cannot place"
+)
+fault("layout-P1-backing-list", rule(fp.FaultyBackingLayout, "backing-list"), BACKING, BACKER)(
+    "returned [] from backing(); it must return a tuple of kvrules.plan.BackingTensor"
+)
 fault("layout-P4-tensor-of-unknown-layer", rule(fp.FaultyLayout, "tensors-stranger"), LAYOUT)(
     "put layer 'not-a-layer', which is not on this worker, in tensor 2"
 )
@@ -761,6 +769,7 @@ SOUND_RULES = [
     pytest.param(fp.FaultyPartitioner, plan(["vllm", "faulty-partition"]), id="partitioner"),
     pytest.param(fp.FaultyGrouper, plan(["vllm", "faulty-grouper"]), id="grouper"),
     pytest.param(fp.FaultyLayout, plan(["vllm", "faulty-layout"]), id="layout"),
+    pytest.param(fp.FaultyBackingLayout, plan(["vllm", "faulty-backing-layout"]), id="backing-layout"),
     pytest.param(fp.FaultyAligner, build(QWEN3_NEXT, strategies=["faulty-align"]), id="aligner"),
 ]
 
