@@ -159,14 +159,6 @@ class DecisionLog:
         """Every decision so far, in order."""
         return tuple(self.entries)
 
-    def mark(self) -> int:
-        """A position in the log, for :meth:`since`."""
-        return len(self.entries)
-
-    def since(self, mark: int) -> list[Decision]:
-        """The decisions added after :meth:`mark` returned ``mark``."""
-        return self.entries[mark:]
-
     def add(self, decision: Decision) -> Decision:
         """Append ``decision`` (and emit it as a ``kvrules.decision`` event when someone listens)."""
         self.entries.append(decision)

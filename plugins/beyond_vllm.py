@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import repeat
 from operator import not_
-from typing import cast
 
 from kvrules import KVCacheGroup, KVCacheSpec, PluginError, hookimpl
 from kvrules.grouping import (
@@ -56,7 +55,8 @@ class _Choice:
     #: the layer count of each draft bucket (split as the others: their groups are the draft's)
     drafts: tuple[int, ...] = ()
 
-    def record(self, ctx: PlanContext, rule: str, lead: str, max_groups: int) -> None:
+    def answer(self, ctx: PlanContext, lead: str, max_groups: int) -> Check:
+        """The guard's answer: the choice as a sentence and figures, and itself as the work."""
         mine, theirs = self.chosen.cost, self.vllm
         where = f" on worker {mine.worker}" if len(ctx.workers) > 1 else ""
         reason = (
@@ -72,7 +72,7 @@ class _Choice:
             "alternatives": alternatives(self.considered, self.chosen),
             "over_cap": self.over_cap,
         }
-        ctx.decisions.record("group", rule, "applied", reason, details=details)
+        return applies(reason, details=details, work=self)
 
 
 def _check_limits(name: str, max_groups: int, max_capacity_loss: float = 0.0) -> None:
@@ -113,11 +113,6 @@ class MinPadding(Grouper):
         super().__post_init__()
         _check_limits(self.name, self.max_groups)
 
-    def _choose(
-        self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext, *, take: bool = False
-    ) -> _Choice | str:
-        return _searched_once(self.name, specs, ctx, self._search, take=take)
-
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
         blocker = shared_pool_blocker(specs)
         if blocker:
@@ -130,17 +125,13 @@ class MinPadding(Grouper):
         return _Choice(best, vllm, considered, over_cap)
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
-        choice = self._choose(specs, ctx)
+        choice = self._search(specs, ctx)
         if isinstance(choice, str):
             return declines(choice)
-        return applies(f"group size {choice.chosen.cost.group_size} costs no more than vLLM's rule.")
+        return choice.answer(ctx, "", self.max_groups)
 
     def group(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        choice = self._choose(specs, ctx, take=True)
-        if isinstance(choice, str):
-            raise PluginError(f"rule {self.name!r} was asked to group although it declines: {choice}")
-        choice.record(ctx, self.name, "", self.max_groups)
-        return list(choice.chosen.groups)
+        return list(_searched(self.name, specs, ctx, self._search).chosen.groups)
 
 
 @dataclass(frozen=True)
@@ -170,13 +161,8 @@ class SpeculatorGroup(Partitioner):
         super().__post_init__()
         _check_limits(self.name, self.max_groups, self.max_capacity_loss)
 
-    def _choose(
-        self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext, *, take: bool = False
-    ) -> _Choice | str:
-        return _searched_once(self.name, specs, ctx, self._search, take=take)
-
     def _search(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> _Choice | str:
-        marks = draft_marks(specs, ctx)
+        marks = list(map(str.startswith, specs, repeat(ctx.config.draft_layer_prefixes)))
         draft = sum(marks)
         prefixes = ", ".join(ctx.config.draft_layer_prefixes)
         if not draft:
@@ -197,58 +183,39 @@ class SpeculatorGroup(Partitioner):
         return _Choice(best, vllm, considered, over_cap, tuple(len(names) for _, names in drafts))
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
-        choice = self._choose(specs, ctx)
+        choice = self._search(specs, ctx)
         if isinstance(choice, str):
             return declines(choice)
-        return applies(
-            f"{sum(choice.drafts)} draft layers get groups of their own at group size {choice.chosen.cost.group_size}."
+        size = choice.chosen.requested_size
+        draft_groups = sum(cdiv(length, size) for length in choice.drafts)  # as split_buckets cuts
+        return choice.answer(
+            ctx,
+            f"{sum(choice.drafts)} draft layers in {draft_groups} group(s) of their own; ",
+            self.max_groups,
         )
 
     def partition(
         self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext
     ) -> tuple[list[KVCacheGroup], dict[str, KVCacheSpec]]:
-        choice = self._choose(specs, ctx, take=True)
-        if isinstance(choice, str):
-            raise PluginError(f"rule {self.name!r} was asked to partition although it declines: {choice}")
-        size = choice.chosen.requested_size
-        draft_groups = sum(cdiv(length, size) for length in choice.drafts)  # as split_buckets cuts
-        choice.record(
-            ctx, self.name, f"draft layers in {draft_groups} group(s) of their own; ", self.max_groups
-        )
-        return list(choice.chosen.groups), {}
+        return list(_searched(self.name, specs, ctx, self._search).chosen.groups), {}
 
 
-def _searched_once(
+def _searched(
     rule: str,
     specs: Mapping[str, KVCacheSpec],
     ctx: PlanContext,
     search: Callable[[Mapping[str, KVCacheSpec], PlanContext], _Choice | str],
-    *,
-    take: bool = False,
-) -> _Choice | str:
-    """``search(specs, ctx)``, run once per plan for the same ``specs`` object: the guard and
-    the action of a rule are given one read-only view, so they agree on one search (its cost
-    figures asked of the specs once) and the work is not done twice. The action ``take``s the
-    result out of the plan's cache: the candidates hold every layer name in their buckets, which
-    the garbage collector would walk at each full collection for the rest of the plan."""
-    key = (rule, id(specs), len(specs))
-    cached = ctx.cache.pop(key, None) if take else ctx.cache.get(key)
-    if cached is None:
-        cached = search(specs, ctx)
-        if not take:
-            ctx.cache[key] = cached
-    return cast("_Choice | str", cached)
+) -> _Choice:
+    """The choice the rule's guard handed over (``ctx.check.work``); searched again when the
+    action is called without it (directly, not through the asker).
 
-
-def draft_marks(specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[bool]:
-    """Whether each layer of ``specs`` (in order) is a draft layer (``EngineConfig.is_draft_layer``),
-    computed once per plan and without a Python call per layer."""
-    key = ("draft-marks", id(specs), len(specs))
-    marks = ctx.cache.get(key)
-    if marks is None:
-        prefixes = ctx.config.draft_layer_prefixes
-        marks = ctx.cache[key] = list(map(str.startswith, specs, repeat(prefixes)))
-    return cast("list[bool]", marks)
+    :raises PluginError: the search declines, so the rule should not have been asked to act.
+    """
+    work = ctx.check.work if ctx.check is not None else None
+    choice = work if isinstance(work, _Choice) else search(specs, ctx)
+    if isinstance(choice, str):
+        raise PluginError(f"rule {rule!r} was asked to act although it declines: {choice}")
+    return choice
 
 
 @hookimpl

@@ -100,24 +100,17 @@ class FullAllocationFallback(Fallback):
         block = self._mla_block(specs)
         if block is None:
             raise GroupingError("full-allocation-fallback: the MLA layers do not share one block size")
-        out: dict[str, KVCacheSpec] = {}
-        for name, spec in specs.items():
-            if type(spec) is SlidingWindowSpec:
-                out[name] = spec.full_attention_form(block)
-                ctx.decisions.record(
-                    "route",
-                    self.name,
-                    "applied",
-                    "treating this sliding-window layer as full attention for cache allocation.",
-                    layer=name,
-                    before=spec.summary(),
-                    after=out[name].summary(),
-                )
-            else:
-                out[name] = spec
+        out = {
+            name: spec.full_attention_form(block) if type(spec) is SlidingWindowSpec else spec
+            for name, spec in specs.items()
+        }
         if not UniformTypeKVCacheSpecs.is_uniform_type(out):
             raise GroupingError("full-allocation-fallback: the converted layers are not of one type")
         return [KVCacheGroup(tuple(out), UniformTypeKVCacheSpecs(block, out))]
+
+    def explain(self, layer: str, before: KVCacheSpec, after: KVCacheSpec, ctx: PlanContext) -> str:
+        """The decision of each sliding-window layer this fallback allocates as full attention."""
+        return "treating this sliding-window layer as full attention for cache allocation."
 
 
 @hookimpl

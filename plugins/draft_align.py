@@ -212,27 +212,27 @@ class DraftAwareAlign(Aligner):
         return out
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> Check:
+        """Applies when its alignment costs no more than hybrid-align's; the decision's
+        ``details`` compare both at ``max_model_len`` (``vllm``: hybrid-align + vLLM unification
+        and grouping, ``chosen``: this alignment + the same rules)."""
         plan = self._plan(specs, ctx)
         if isinstance(plan, str):
             return declines(plan)
-        return applies(plan.reason)
+        details = {
+            "vllm": plan.vllm.as_dict() if plan.vllm is not None else None,
+            "chosen": plan.mine.as_dict(),
+        }
+        return applies(
+            f"{plan.reason} Compared at max_model_len {ctx.settings.max_model_len}: details.vllm = "
+            "hybrid-align + vLLM unification and grouping, details.chosen = this alignment + the same rules.",
+            details=details,
+            work=plan,
+        )
 
     def align(self, specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> dict[str, KVCacheSpec]:
-        plan = self._plan(specs, ctx)
-        if isinstance(plan, str):
-            return dict(specs)
-        ctx.decisions.record(
-            STAGE,
-            self.name,
-            "applied",
-            f"compared at max_model_len {ctx.settings.max_model_len}: details.vllm = hybrid-align + "
-            "vLLM unification and grouping, details.chosen = this alignment + the same rules.",
-            details={
-                "vllm": plan.vllm.as_dict() if plan.vllm is not None else None,
-                "chosen": plan.mine.as_dict(),
-            },
-        )
-        return plan.specs
+        work = ctx.check.work if ctx.check is not None else None
+        plan = work if isinstance(work, _Alignment) else self._plan(specs, ctx)
+        return dict(specs) if isinstance(plan, str) else plan.specs
 
     def explain(self, layer: str, before: KVCacheSpec, after: KVCacheSpec, ctx: AlignContext) -> str:
         role = "draft" if ctx.is_draft(layer) else "target"

@@ -24,24 +24,42 @@ class VllmGroupSize(Grouper):
     )
 
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
-        return applies("vLLM's group-size heuristic handles any unified specs.")
+        """Applies to any unified specs; the groups are made here and handed to :meth:`group`."""
+        groups = self._groups(specs)
+        sizes = [length for _, length in groups.buckets]
+        smallest, largest = min(sizes), max(sizes)
+        size = groups.size
+        why = (
+            "largest, below 1.5x the smallest"
+            if size == largest and largest != smallest
+            else "smallest bucket"
+        )
+        padding = sum(size - len(g.layer_names) for g in groups.groups)
+        return applies(
+            f"{len(sizes)} spec buckets of {sizes} layers; group size {size} ({why}); "
+            f"{len(groups.groups)} groups, {padding} padding slots.",
+            work=groups,
+        )
 
     def group(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
+        work = ctx.check.work if ctx.check is not None else None
+        return list((work if isinstance(work, _Grouped) else self._groups(specs)).groups)
+
+    @staticmethod
+    def _groups(specs: Mapping[str, KVCacheSpec]) -> _Grouped:
         buckets = buckets_by_spec(specs)
-        sizes = [len(names) for _, names in buckets]
-        smallest, largest = min(sizes), max(sizes)
-        group_size = vllm_group_size(sizes)
-        groups = list(split_buckets(buckets, group_size))
-        padding = sum(group_size - len(g.layer_names) for g in groups)
-        ctx.decisions.record(
-            "group",
-            self.name,
-            "applied",
-            f"{len(buckets)} spec buckets of {sizes} layers; group size {group_size} "
-            f"({'largest, below 1.5x the smallest' if group_size == largest and largest != smallest else 'smallest bucket'}); "
-            f"{len(groups)} groups, {padding} padding slots.",
-        )
-        return groups
+        size = vllm_group_size([len(names) for _, names in buckets])
+        groups = tuple(split_buckets(buckets, size))
+        return _Grouped([(spec, len(names)) for spec, names in buckets], size, groups)
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """vLLM's grouping of some specs: each bucket's spec and layer count, the group size, the groups."""
+
+    buckets: list[tuple[KVCacheSpec, int]]
+    size: int
+    groups: tuple[KVCacheGroup, ...]
 
 
 @hookimpl

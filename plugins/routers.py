@@ -131,14 +131,23 @@ class DeepseekV4Packing(Router):
             return declines(
                 f"all pages are {pages.pop() if pages else 0} bytes; uniform pages need no packing (vLLM #48256)."
             )
-        return applies(f"sliding-window MLA layers with {len(pages)} distinct page sizes.")
+        groups, how = self.tuple_groups(specs)
+        groups, eagle = flag_eagle_group(groups, specs, ctx)
+        return applies(
+            f"sliding-window MLA layers with {len(pages)} distinct page sizes: {how}{eagle}", work=groups
+        )
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        return flag_eagle_group(self.tuple_groups(specs, ctx), specs, ctx)
+        work = ctx.check.work if ctx.check is not None else None
+        return (
+            list(work)
+            if isinstance(work, list)
+            else flag_eagle_group(self.tuple_groups(specs)[0], specs, ctx)[0]
+        )
 
-    def tuple_groups(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        """The layer-tuple groups: the MLA layers in one uniform-type group, each
-        sliding-window MLA bucket cut into groups of ``n`` layer tuples."""
+    def tuple_groups(self, specs: Mapping[str, KVCacheSpec]) -> tuple[list[KVCacheGroup], str]:
+        """The layer-tuple groups (the MLA layers in one uniform-type group, each sliding-window
+        MLA bucket cut into groups of ``n`` layer tuples) and a sentence saying how."""
         mla: dict[str, KVCacheSpec] = {}
         buckets: dict[tuple[int, int], dict[str, KVCacheSpec]] = {}
         for name, spec in specs.items():
@@ -176,13 +185,7 @@ class DeepseekV4Packing(Router):
                         UniformTypeKVCacheSpecs(block_size, {m: bucket[m] for m in names}),
                     )
                 )
-        ctx.decisions.record(
-            "group",
-            self.name,
-            "applied",
-            f"layer-tuple counts {values} give {n} layer tuples per group; {len(groups)} groups.",
-        )
-        return groups
+        return groups, f"layer-tuple counts {values} give {n} layer tuples per group; {len(groups)} groups."
 
 
 @dataclass(frozen=True)
@@ -230,29 +233,33 @@ class LayoutPacking(DeepseekV4Packing):
                 f"{', '.join(other)}. Plan with a layer-outermost kv_cache_layout (LBNHC), or with the "
                 "default strategy set"
             )
+        groups, how = self.packed_groups(specs)
         return applies(
-            f"layout {layout} ({source}) is block-outermost and the layers have {len(pages)} page sizes."
+            f"layout {layout} ({source}) is block-outermost and the layers have {len(pages)} page sizes: {how}",
+            work=groups,
         )
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        """vLLM 0.33's ``_get_packed_kv_cache_groups``: the buckets in order of their first
-        layer, each emitted whole or cut into groups of ``n`` pattern repeats; then each
-        hidden-state layer in a group of its own, its spec unchanged (every block is strided by
-        the widest group, so its page needs no alignment)."""
+        work = ctx.check.work if ctx.check is not None else None
+        return list(work) if isinstance(work, list) else self.packed_groups(specs)[0]
+
+    @staticmethod
+    def packed_groups(specs: Mapping[str, KVCacheSpec]) -> tuple[list[KVCacheGroup], str]:
+        """vLLM 0.33's ``_get_packed_kv_cache_groups`` and a sentence saying how: the buckets in
+        order of their first layer, each emitted whole or cut into groups of ``n`` pattern
+        repeats; then each hidden-state layer in a group of its own, its spec unchanged (every
+        block is strided by the widest group, so its page needs no alignment)."""
         buckets = [PackBucket.of(b) for b in greedy_buckets(packable(specs))]
         repeats = repeats_per_group(buckets)
         anchor = anchor_bytes(buckets, repeats)
         groups = [g for b in buckets for g in b.groups(bucket_group_count(b, repeats, anchor))]
         hidden = [KVCacheGroup((n,), s) for n, s in specs.items() if isinstance(s, HiddenStateCacheSpec)]
-        ctx.decisions.record(
-            "group",
-            self.name,
-            "applied",
+        how = (
             f"{len(buckets)} uniform-type buckets in layer order, {repeats} pattern repeats per "
             f"group, {anchor} bytes per block anchor; {len(groups)} groups"
-            + (f", and {len(hidden)} hidden-state layer(s) in groups of their own." if hidden else "."),
+            + (f", and {len(hidden)} hidden-state layer(s) in groups of their own." if hidden else ".")
         )
-        return groups + hidden
+        return groups + hidden, how
 
 
 def packable(specs: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
@@ -381,27 +388,25 @@ def bucket_group_count(bucket: PackBucket, repeats: int | None, anchor: int) -> 
 
 def flag_eagle_group(
     groups: list[KVCacheGroup], specs: Mapping[str, KVCacheSpec], ctx: PlanContext
-) -> list[KVCacheGroup]:
+) -> tuple[list[KVCacheGroup], str]:
     """vLLM 0.28: with EAGLE-style speculation on a DeepSeek-V4 model, the group holding the
-    model's last layer (its MTP layer) is the EAGLE group; other models are left unflagged."""
+    model's last layer (its MTP layer) is the EAGLE group; other models are left unflagged.
+
+    :returns: the groups, and a sentence naming the EAGLE group (empty when none is flagged)."""
     if not ctx.config.eagle_style_speculation or not specs:
-        return groups
+        return groups, ""
     if not any(getattr(s, "model_version", None) == "deepseek_v4" for s in distinct_specs(specs.values())):
-        return groups
+        return groups, ""
     last = next(reversed(list(specs)))
     out = list(groups)
     for index, group in enumerate(out):
         if last in group.layer_names:
             out[index] = KVCacheGroup(group.layer_names, group.spec, is_eagle_group=True)
-            ctx.decisions.record(
-                "group",
-                "deepseekv4-packing",
-                "applied",
-                f"speculative method {ctx.config.speculative_method!r} reads hidden states: group {index}, "
-                f"which holds the last layer {last!r}, is the EAGLE group.",
+            return out, (
+                f" Speculative method {ctx.config.speculative_method!r} reads hidden states: group "
+                f"{index}, which holds the last layer {last!r}, is the EAGLE group."
             )
-            break
-    return out
+    return out, ""
 
 
 @dataclass(frozen=True)

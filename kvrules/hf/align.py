@@ -194,8 +194,8 @@ def align_specs(
     if rule is None:
         return AlignedSpecs(specs, Alignment(strategies.name, tuple(r.name for r in rules), None))
     asked = tuple(r.name for r in rules[: rules.index(rule) + 1])
-    ask.record(STAGE, rule.name, "applied", check.reason)
-    new = ask.align(rule, specs, ctx)
+    ask.record(STAGE, rule.name, "applied", check.reason, details=check.details)
+    new = ask.align(rule, specs, ctx, check)
     for name, spec in new.items():
         before = specs[name]
         if spec == before:

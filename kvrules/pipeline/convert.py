@@ -16,6 +16,6 @@ def convert(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> M
         ctx.strategies.rules("convert"),
         "convert",
         specs,
-        lambda rule, now: ask.convert(rule, now, ctx),
+        lambda rule, check, now: ask.convert(rule, now, ctx, check),
         lambda now: (ask.frozen(now), ctx),
     )

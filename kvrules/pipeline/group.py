@@ -9,7 +9,7 @@ from kvrules.errors import GroupingError
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
-from kvrules.plugin.rules import Rule
+from kvrules.plugin.rules import Check, Rule
 from kvrules.specs.base import KVCacheSpec
 
 #: the groups partitioners have made so far, and the specs they leave
@@ -20,8 +20,9 @@ def partition(
     specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker
 ) -> tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec]]:
     """Every active partitioner in order on what is left: ``(groups made, specs left)``."""
-    def partitioned(rule: Rule, so_far: Partitioned) -> Partitioned:
-        made, left = ask.partition(rule, so_far[1], ctx)
+
+    def partitioned(rule: Rule, check: Check, so_far: Partitioned) -> Partitioned:
+        made, left = ask.partition(rule, so_far[1], ctx, check)
         return [*so_far[0], *made], left
 
     return ask.each(
@@ -48,9 +49,6 @@ def group(specs: Mapping[str, KVCacheSpec], ctx: PlanContext, ask: Asker) -> lis
             f"no active grouper can group {len(specs)} layer(s); asked: {asked.said}. "
             "Activate a grouper such as 'vllm-group-size'."
         )
-    seen = ask.decisions.mark()
-    groups = ask.group(rule, specs, ctx)
-    if not any(d.rule == rule.name for d in ask.decisions.since(seen)):
-        # the grouper recorded nothing itself: record that it acted, and why
-        ask.record("group", rule.name, "applied", f"{check.reason} {len(groups)} groups.")
+    groups = ask.group(rule, specs, ctx, check)
+    ask.record("group", rule.name, "applied", check.reason, details=check.details)
     return groups

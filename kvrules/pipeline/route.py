@@ -28,10 +28,10 @@ def choose_route(
         raise GroupingError(
             f"no active router accepts this model; asked: {asked.said}. Activate a router such as 'unified-page'."
         )
-    ask.record("route", rule.name, "applied", asked.check.reason)
+    ask.record("route", rule.name, "applied", asked.check.reason, details=asked.check.details)
     if getattr(rule, "unifies", False):
         return rule, None
-    return rule, ask.route(rule, specs, ctx)
+    return rule, ask.route(rule, specs, ctx, asked.check)
 
 
 def fall_back(
@@ -47,5 +47,5 @@ def fall_back(
         if asked.declined:
             raise UnificationError(f"{error}\nFallbacks declined: {asked.said}") from error
         raise error
-    ask.record("route", rule.name, "applied", asked.check.reason)
-    return rule, ask.route(rule, specs, ctx)
+    ask.record("route", rule.name, "applied", asked.check.reason, details=asked.check.details)
+    return rule, ask.route(rule, specs, ctx, asked.check)

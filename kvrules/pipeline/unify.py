@@ -36,11 +36,13 @@ def _unify_one(
     decisions = asked.declines
     rule = asked.found
     if rule is not None:
-        new = ask.strategy(rule, layer, spec, target, ctx)
+        check = asked.check
+        new = ask.strategy(rule, layer, spec, target, ctx, check)
         padding = new.page_size_bytes - new.unpadded_page_size_bytes - spec.padding_bytes
+        after = ask.summary(new)
         decisions.append(
             Decision(
-                "unify", rule.name, "applied", layer, asked.check.reason, before, ask.summary(new), padding
+                "unify", rule.name, "applied", layer, check.reason, before, after, padding, check.details
             )
         )
         return new, decisions

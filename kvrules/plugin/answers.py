@@ -70,6 +70,8 @@ def check_problem(check: object) -> str | None:
         return f"Check.applies is {check.applies!r}, not a bool"
     if not isinstance(check.reason, str):
         return f"Check.reason is {check.reason!r}, not a sentence (str)"
+    if check.details is not None and not isinstance(check.details, Mapping):
+        return f"Check.details is {shown(check.details)}, not a mapping of JSON values (or None)"
     return None
 
 

@@ -272,15 +272,16 @@ class Asker:
         rules: Sequence[Rule],
         stage: str,
         state: S,
-        act: Callable[[Rule, S], S],
+        act: Callable[[Rule, Check, S], S],
         args: Callable[[S], tuple[Any, ...]],
         *,
         until: Callable[[S], bool] = lambda state: False,
     ) -> S:
         """Every rule of ``rules`` in order acting on ``state`` in turn: a rule whose guard
-        ``check(*args(state))`` holds gives the next state, ``act(rule, state)``.
+        ``check(*args(state))`` holds gives the next state, ``act(rule, answer, state)``.
 
-        A decline is recorded at once, an applied decision once the rule has acted. Stops early
+        A decline is recorded at once, an applied decision (with the answer's ``details``) once
+        the rule has acted. Stops early
         when ``until(state)`` holds. :returns: the last state.
         """
         for rule in rules:
@@ -290,8 +291,8 @@ class Asker:
             if not answer.applies:
                 self.record(stage, rule.name, "declined", answer.reason)
                 continue
-            state = act(rule, state)
-            self.record(stage, rule.name, "applied", answer.reason)
+            state = act(rule, answer, state)
+            self.record(stage, rule.name, "applied", answer.reason, details=answer.details)
         return state
 
     # -- spec types ---------------------------------------------------------------------------
@@ -417,37 +418,68 @@ class Asker:
         return answer
 
     # -- converters, routers, fallbacks ---------------------------------------------------------
-    def convert(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
-        """A converter's rewritten specs: the same layers in the same order, each a spec."""
+    def convert(
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any, check: Check | None = None
+    ) -> dict[str, KVCacheSpec]:
+        """A converter's rewritten specs: the same layers in the same order, each a spec
+        (``check``: the converter's guard's answer, handed to it as ``ctx.check``)."""
         before = snapshot(specs)
-        new = self.watched(before, rule, "convert", self.frozen(specs), ctx)
+        new = self.watched(before, rule, "convert", self.frozen(specs), acting(ctx, check))
         problem = changed_in_place(before) or answers.specs_problem(new, specs, "convert()")
         if problem:
             raise self.fault(rule.kind, rule, problem)
         self.made(rule.kind, rule, _layers(new), specs, getattr(ctx, "config", None))
         return dict(new)
 
-    def route(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> list[KVCacheGroup]:
-        """A router's or fallback's groups, covering every layer of ``specs`` once."""
-        return self._groups(rule, "route", specs, ctx, complete=True)
+    def route(
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any, check: Check | None = None
+    ) -> list[KVCacheGroup]:
+        """A router's or fallback's groups, covering every layer of ``specs`` once.
+
+        A router or fallback with an ``explain(layer, before, after, ctx)`` method changes
+        layers' specs (``full-allocation-fallback``): each layer whose spec its groups changed
+        gets a decision of its own, with that sentence and both summaries."""
+        groups = self._groups(rule, "route", specs, ctx, check)
+        if callable(getattr(rule, "explain", None)):
+            self._explain_changes(rule, specs, groups, ctx)
+        return groups
+
+    def _explain_changes(
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroup], ctx: Any
+    ) -> None:
+        for group in groups:
+            for layer, after in group.spec.members(group.layer_names).items():
+                before = specs[layer]
+                if after != before:
+                    self.record(
+                        "route",
+                        rule.name,
+                        "applied",
+                        self.sentence(rule.kind, rule, "explain", layer, before, after, ctx),
+                        layer=layer,
+                        before=self.summary(before),
+                        after=self.summary(after),
+                    )
 
     def _groups(
-        self, rule: Rule, method: str, specs: Mapping[str, KVCacheSpec], ctx: Any, *, complete: bool
+        self, rule: Rule, method: str, specs: Mapping[str, KVCacheSpec], ctx: Any, check: Check | None
     ) -> list[KVCacheGroup]:
         before = snapshot(specs)
-        groups = self.watched(before, rule, method, self.frozen(specs), ctx)
-        problem = changed_in_place(before) or answers.groups_problem(groups, specs, complete=complete)
+        groups = self.watched(before, rule, method, self.frozen(specs), acting(ctx, check))
+        problem = changed_in_place(before) or answers.groups_problem(groups, specs)
         if problem:
             raise self.fault(rule.kind, rule, problem)
         self.made(rule.kind, rule, _group_specs(groups), specs)
         return list(groups)
 
     # -- layer strategies ---------------------------------------------------------------------
-    def strategy(self, rule: Rule, layer: str, spec: KVCacheSpec, target: int, ctx: Any) -> KVCacheSpec:
+    def strategy(
+        self, rule: Rule, layer: str, spec: KVCacheSpec, target: int, ctx: Any, check: Check | None = None
+    ) -> KVCacheSpec:
         """A layer strategy's new spec for ``layer``: same type, page ``target``, only its
         ``touches`` changed, and the given spec left as it was."""
         before = spec.field_values()
-        new = self.call(rule.kind, rule, "apply", layer, spec, target, ctx)
+        new = self.call(rule.kind, rule, "apply", layer, spec, target, acting(ctx, check))
         touches = frozenset(getattr(rule, "touches", frozenset()))
         problem = None
         if spec.field_values() != before:
@@ -460,11 +492,11 @@ class Asker:
 
     # -- partitioners and groupers ----------------------------------------------------------------
     def partition(
-        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any, check: Check | None = None
     ) -> tuple[list[KVCacheGroup], Mapping[str, KVCacheSpec]]:
         """A partitioner's groups and the specs it leaves: together, every layer once."""
         before = snapshot(specs)
-        answer = self.watched(before, rule, "partition", self.frozen(specs), ctx)
+        answer = self.watched(before, rule, "partition", self.frozen(specs), acting(ctx, check))
         if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], Mapping)):
             raise self.fault(
                 rule.kind, rule, f"returned {answer!r} from partition(), not (groups, remaining specs)"
@@ -477,9 +509,11 @@ class Asker:
         self.made(rule.kind, rule, _group_specs(groups), specs)
         return list(groups), left
 
-    def group(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> list[KVCacheGroup]:
+    def group(
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any, check: Check | None = None
+    ) -> list[KVCacheGroup]:
         """A grouper's groups, covering every layer of ``specs`` once."""
-        return self._groups(rule, "group", specs, ctx, complete=True)
+        return self._groups(rule, "group", specs, ctx, check)
 
     # -- layouts -------------------------------------------------------------------------------
     def block_bytes(self, rule: Rule, groups: Sequence[KVCacheGroup]) -> int:
@@ -528,10 +562,12 @@ class Asker:
         return backing
 
     # -- aligners --------------------------------------------------------------------------------
-    def align(self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any) -> dict[str, KVCacheSpec]:
+    def align(
+        self, rule: Rule, specs: Mapping[str, KVCacheSpec], ctx: Any, check: Check | None = None
+    ) -> dict[str, KVCacheSpec]:
         """An aligner's specs: same layers, order and types; only its ``touches`` changed."""
         before = snapshot(specs)
-        new = self.watched(before, rule, "align", self.frozen(specs), ctx)
+        new = self.watched(before, rule, "align", self.frozen(specs), acting(ctx, check))
         touches = frozenset(getattr(rule, "touches", frozenset()))
         problem = changed_in_place(before) or answers.alignment_problem(specs, new, touches)
         if problem:
@@ -636,6 +672,14 @@ class AskedViewLayout(ViewLayout):
         if attribute in {"layout", "asker", "allocator", "request"} or attribute.startswith("__"):
             raise AttributeError(attribute)
         return getattr(self.layout, attribute)
+
+
+def acting(ctx: Any, check: Check | None) -> Any:
+    """``ctx`` as a rule's action is handed it: a copy whose ``check`` is the answer the rule's
+    guard gave (``ctx`` itself without an answer, or for a context that has no ``check``)."""
+    if check is None or not hasattr(ctx, "check") or not dataclasses.is_dataclass(ctx):
+        return ctx
+    return dataclasses.replace(ctx, check=check)  # type: ignore[type-var]
 
 
 def _layers(specs: Mapping[str, KVCacheSpec]) -> list[tuple[str, KVCacheSpec]]:

@@ -14,6 +14,7 @@ from kvrules.decisions import DecisionLog
 from kvrules.plan import KVCacheGroup
 from kvrules.plugin.presets import StrategySet
 from kvrules.plugin.registry import Registries
+from kvrules.plugin.rules import Check
 from kvrules.specs.base import KVCacheSpec
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ class PlanContext:
         spec mapping's keys: read it, do not keep it); empty when not planning.
     :ivar memory: each worker's KV-cache bytes, in the order of ``workers``.
     :ivar cache: scratch space for rules during one plan (key by rule name; dropped with the context).
+    :ivar check: while a rule acts, the answer its guard gave (``ctx.check.work`` is what the
+        guard handed over); ``None`` while guards are asked.
     """
 
     config: EngineConfig
@@ -42,6 +45,7 @@ class PlanContext:
     workers: tuple[AbstractSet[str], ...] = ()
     memory: tuple[int, ...] = ()
     cache: dict[Any, Any] = field(default_factory=dict)
+    check: Check | None = None
 
     def provider(self, rule_name: str) -> str:
         """Which plugin registered ``rule_name``."""
@@ -62,6 +66,8 @@ class AlignContext:
     :ivar group_with: injected by the builder: ``group_with(specs, config, strategy_set)`` gives
         the KV-cache groups the named strategy set's page unification and grouping make of
         ``specs`` (an aligner compares its choice with another set's this way).
+    :ivar check: while an aligner acts, the answer its guard gave (``ctx.check.work`` is what the
+        guard handed over); ``None`` while guards are asked.
     """
 
     settings: BuildSettings
@@ -71,6 +77,7 @@ class AlignContext:
     mamba_chunk_size: int | None = None
     draft_settings: BuildSettings | None = None
     group_with: Callable[[Mapping[str, KVCacheSpec], EngineConfig, str], list[KVCacheGroup]] | None = None
+    check: Check | None = None
 
     @property
     def block_size(self) -> int:

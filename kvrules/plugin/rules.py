@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvrules.errors import PluginError
 
@@ -29,15 +29,23 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """A guard's answer: whether the rule applies, and a sentence saying why."""
+    """A guard's answer: whether the rule applies, and a sentence saying why.
+
+    :ivar details: figures of the choice for the decision the asker records (JSON values; see
+        :class:`~kvrules.Decision`), or ``None``.
+    :ivar work: what the guard worked out, handed to the rule's action as ``ctx.check.work``
+        when the rule acts (so the action need not work it out again); never recorded.
+    """
 
     applies: bool
     reason: str
+    details: Mapping[str, Any] | None = field(default=None, repr=False)
+    work: Any = field(default=None, compare=False, repr=False)
 
 
-def applies(reason: str) -> Check:
-    """A :class:`Check` that lets the rule act."""
-    return Check(True, reason)
+def applies(reason: str, *, details: Mapping[str, Any] | None = None, work: Any = None) -> Check:
+    """A :class:`Check` that lets the rule act (``details`` and ``work``: see :class:`Check`)."""
+    return Check(True, reason, details, work)
 
 
 def declines(reason: str) -> Check:
@@ -177,7 +185,9 @@ class Fallback(Rule):
         raise NotImplementedError
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        """The groups of the fallback layout."""
+        """The groups of the fallback layout. A fallback (or router) whose groups change
+        layers' specs may define ``explain(layer, before, after, ctx)``: each changed layer then
+        gets a decision of its own with that sentence (as an aligner's ``explain``)."""
         raise NotImplementedError
 
 

@@ -273,7 +273,7 @@ def _check_decisions(rule: Rule, plan: Plan, scenario: str) -> Counter[str]:
         raise fail(
             f"rule {rule.name!r}",
             f"it was asked in scenario {scenario!r} but no decision names it",
-            "return a Check with a reason (the core records it), or record through ctx.decisions.record",
+            "return a Check with a reason (the core records it, with its details=)",
         )
     for decision in mine:
         if decision.stage not in STAGES or decision.outcome not in OUTCOMES:
