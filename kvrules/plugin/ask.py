@@ -114,18 +114,13 @@ class Asker:
 
     registries: Registries
     decisions: DecisionLog = field(default_factory=DecisionLog)
-    _views: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = field(default_factory=dict, repr=False)
 
-    def frozen(self, specs: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A read-only view of ``specs`` (no copy), the same object every time it is asked for
-        the same mapping, so a rule's guard and its action see one object (rules may cache
-        work between them by identity) and neither can change the mapping."""
-        if isinstance(specs, MappingProxyType):
-            return specs
-        hit = self._views.get(id(specs))
-        if hit is None or hit[0] is not specs:
-            hit = self._views[id(specs)] = (specs, MappingProxyType(specs))  # type: ignore[arg-type]
-        return hit[1]
+    @staticmethod
+    def frozen(specs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A read-only view of ``specs`` (no copy): a rule cannot change the mapping it is given.
+        A guard hands its work to its action in its answer (``Check.work``), never by the
+        identity of this view."""
+        return specs if isinstance(specs, MappingProxyType) else MappingProxyType(specs)  # type: ignore[arg-type]
 
     # -- naming ---------------------------------------------------------------------------
     def provider(self, kind: str, name: str) -> str:
