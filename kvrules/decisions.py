@@ -168,8 +168,7 @@ class DecisionLog:
 
     def add_for_layer(self, template: list[Decision], layer: str) -> None:
         """Add each of ``template``'s answers again for ``layer`` (:meth:`Decision.for_layer`), in order."""
-        for decision in template:
-            self.add(decision.for_layer(layer))
+        self.extend([decision.for_layer(layer) for decision in template])
 
     def record(
         self,
@@ -205,6 +204,8 @@ class DecisionLog:
         return self.add(Decision(stage, rule, outcome, layer, reason, before, after, padding_bytes, details))
 
     def extend(self, decisions: list[Decision]) -> None:
-        """Add several decisions in order."""
-        for decision in decisions:
-            self.add(decision)
+        """Add several decisions in order (as :meth:`add` adds each)."""
+        self.entries.extend(decisions)
+        if self._emit is not None:
+            for decision in decisions:
+                self._emit("kvrules.decision", **decision.to_dict())

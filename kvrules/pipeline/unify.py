@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from operator import is_
+from typing import Any
+
+from msgspec.structs import replace
 
 from kvrules.decisions import Decision
 from kvrules.errors import UnificationError
@@ -104,26 +107,37 @@ def _unified_layer_by_layer(
     equality); a later layer with that spec gets a copy of each decision. A layer already at the
     target page keeps its own spec object."""
     by_equal: dict[KVCacheSpec, Answer] = {}
-    by_id: dict[int, Answer] = {}
+    by_id: dict[int, Answer] = {}  # the spec objects stay alive in ``specs`` meanwhile
     out = dict(specs)
+    made: list[Decision] = []  # the decisions since the rules were last asked, in layer order
     for layer, spec in specs.items():
-        if id(spec) in by_id:
-            answer, fresh = by_id[id(spec)], False
-        elif spec in by_equal:
-            answer, fresh = by_equal[spec], False
-        else:
-            answer, fresh = None, True
-            if spec.page_size_bytes != target:
-                answer = _unify_one(layer, spec, target, target_layer, rules, ctx, ask)
-            by_equal[spec] = answer
-        by_id[id(spec)] = answer  # the spec object stays alive in ``specs`` meanwhile
+        answer = by_id.get(id(spec), _UNSEEN)
+        if answer is _UNSEEN:
+            answer = by_equal.get(spec, _UNSEEN)
+            if answer is _UNSEEN:
+                answer = None
+                if spec.page_size_bytes != target:
+                    ask.decisions.extend(made)  # the earlier layers' answers come first
+                    made = []
+                    answer = _unify_one(layer, spec, target, target_layer, rules, ctx, ask)
+                    made.extend(answer[1])  # recorded for this very layer
+                    out[layer] = answer[0]
+                by_id[id(spec)] = by_equal[spec] = answer
+                continue
+            by_id[id(spec)] = answer
         if answer is not None:
-            if fresh:
-                ask.decisions.extend(answer[1])
+            new, decisions = answer
+            if len(decisions) == 1:  # the usual answer: one strategy, asked first, applied
+                made.append(replace(decisions[0], layer=layer))
             else:
-                ask.decisions.add_for_layer(answer[1], layer)
-            out[layer] = answer[0]
+                made.extend([replace(decision, layer=layer) for decision in decisions])
+            out[layer] = new
+    ask.decisions.extend(made)
     return out
+
+
+#: a spec not met yet (``None`` is an answer: already at the target page)
+_UNSEEN: Any = object()
 
 
 #: a spec's answer: ``None`` (already at the target page) or the new spec and its decisions
