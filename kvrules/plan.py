@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterator, Mapping
-from itertools import chain, repeat
-from operator import attrgetter, is_, itemgetter
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import msgspec
+from msgspec.structs import astuple
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
@@ -148,7 +149,10 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
 
         :raises ModelFileError: ``indent`` is not an integer from 0 to 16.
         """
-        text = msgspec.json.encode(self._document(msgspec.Raw(_decisions_json(self.decisions)), records=True))
+        try:  # the records as they are; a mapping that is not a dict (a rule's figures): plain dicts
+            text = msgspec.json.encode(self._document(_decision_records(self.decisions), records=True))
+        except TypeError:
+            text = msgspec.json.encode(self._document([d.to_dict() for d in self.decisions], records=True))
         if indent is not None:
             indent = as_int(indent, "to_json(indent=...)", minimum=0, maximum=16, error=ModelFileError)
             text = msgspec.json.format(text, indent=indent)
@@ -189,21 +193,24 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
         return cls.from_dict(decode_json(text), spec_types=spec_types)
 
 
-def _decisions_json(decisions: tuple[Decision, ...]) -> bytes:
-    """The decision records as a JSON array: msgspec encodes the records themselves, each ending
-    in its ``details``, which is left out where it is null (as :meth:`Decision.to_dict` does).
-    When a ``"details":null`` that ends an object is not a record's own (a rule's figures may
-    hold one) or a mapping is not a dict, the records' :meth:`~Decision.to_dict` are encoded."""
-    try:
-        text = msgspec.json.encode(decisions)
-    except TypeError:
-        text = b""
-    lean = text.replace(b',"details":null}', b"}")  # each one left out removes 15 bytes
-    if text and len(text) - len(lean) == 15 * sum(
-        map(is_, map(attrgetter("details"), decisions), repeat(None))
-    ):
-        return lean
-    return msgspec.json.encode([d.to_dict() for d in decisions])
+class _DecisionJSON(msgspec.Struct, omit_defaults=True, gc=False):
+    """A decision as a plan document writes it (:meth:`Decision.to_dict`): every key, but
+    ``details`` only when it is set (the one field with a default here)."""
+
+    stage: str
+    rule: str
+    outcome: str
+    layer: str | None
+    reason: str
+    before: Any
+    after: Any
+    padding_bytes: int
+    details: Any = None
+
+
+def _decision_records(decisions: tuple[Decision, ...]) -> list[_DecisionJSON]:
+    """The decisions as msgspec encodes them into :meth:`Decision.to_dict`'s JSON."""
+    return [_DecisionJSON(*astuple(d)) for d in decisions]
 
 
 # --- invariants: what every plan holds, checked on documents and on plans made elsewhere -----
