@@ -260,7 +260,8 @@ class KVCacheSpec:
             return True
         if type(other) is not type(self):
             return NotImplemented
-        return self.field_values() == other.field_values()  # type: ignore[attr-defined]
+        values = _VALUES.get(type(self)) or _values_getter(type(self))  # one C-level read per side
+        return bool(values(self) == values(other))
 
     def __hash__(self) -> int:
         cached = self.__dict__.get("_hash")
