@@ -51,7 +51,7 @@ def select_architecture(config: HFConfig, ask: Asker, *, role: str = "target") -
         (config,),
         kind="architecture",
         method="recognises",
-        note=f"{role} {config.title}: {{}}".format,
+        note=f"{role} {config.title}: ".__add__,
     )
     if asked.found is not None:
         return asked.found, asked.check

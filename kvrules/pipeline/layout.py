@@ -45,7 +45,7 @@ def choose_layouts(
             out.append(WorkerLayout(index, groups, None, memory, 0))
             continue
         asked = ask.first(
-            ctx.strategies.rules("layout"), "layout", (groups, ctx), note=f"Worker {index}: {{}}".format
+            ctx.strategies.rules("layout"), "layout", (groups, ctx), note=f"Worker {index}: ".__add__
         )
         rule = asked.found
         if rule is None:

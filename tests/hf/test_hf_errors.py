@@ -227,3 +227,11 @@ def test_class_default_head_dim_reaches_the_specs() -> None:
     }  # Gemma3TextConfig's, not 3840 / 16
     assert model.target.config.origin("head_dim") == "class default"
     assert "head_dim = 256 (Gemma3TextConfig default)" in model.target.config.reading_note()
+
+
+def test_braces_in_a_model_name_are_text_not_a_format() -> None:
+    """A decline's reason quotes the model's class name as it is: braces in it are text
+    (fuzz seed 12, HF configs input 414 ended in a ValueError from str.format)."""
+    model = build_hf_model({**GENERIC, "architectures": ["My{Decoder}ForCausalLM"]})
+    declined = [d.reason for d in model.decisions if d.stage == "arch" and d.outcome == "declined"]
+    assert declined and all(r.startswith("target My{Decoder}ForCausalLM: ") for r in declined)
