@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from kvrules.errors import KVRulesError, SpecError
 
@@ -32,6 +34,21 @@ MAX_DIMENSION = 1 << 32
 MAX_LAYERS = 1 << 21
 #: the most blocks a pool may have (``num_gpu_blocks_override``)
 MAX_BLOCKS = 1 << 48
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def copied(mapping: Mapping[K, V]) -> dict[K, V]:
+    """A new dict of ``mapping``'s items in order. A read-only view (``MappingProxyType``, what
+    rules and checkers are handed) is copied through its dict's own ``copy()``: ``dict(view)``
+    reads item by item, about 12x slower at a million layers."""
+    if isinstance(mapping, MappingProxyType):
+        copy = mapping.copy()
+        if type(copy) is dict:
+            return copy
+    return dict(mapping)
 
 
 def shown(value: Any, limit: int = 60) -> str:

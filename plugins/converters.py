@@ -24,6 +24,7 @@ from kvrules.plugin import (
     declines,
     merged_spec,
 )
+from kvrules.values import copied
 
 
 def _uniform(specs: Mapping[str, KVCacheSpec]) -> bool:
@@ -45,7 +46,7 @@ class HybridDisabled(Converter):
 
     def convert(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> dict[str, KVCacheSpec]:
         full = [s for s in specs.values() if s.is_full_attention]
-        out = dict(specs)
+        out = copied(specs)
         if full:
             # local (sliding-window, chunked) layers become full attention at the block size of
             # the first full-attention layer that is not MLA

@@ -34,6 +34,7 @@ from kvrules.plugin import (
     distinct_specs,
     merged_spec,
 )
+from kvrules.values import copied
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class UniformType(Router):
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
         first = next(iter(specs.values()))
-        return [KVCacheGroup(tuple(specs), UniformTypeKVCacheSpecs(first.block_size, dict(specs)))]
+        return [KVCacheGroup(tuple(specs), UniformTypeKVCacheSpecs(first.block_size, copied(specs)))]
 
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:

@@ -21,6 +21,7 @@ from kvrules.plugin.ask import Asker
 from kvrules.plugin.context import PlanContext
 from kvrules.plugin.rules import Rule
 from kvrules.specs.base import KVCacheSpec, distinct_specs
+from kvrules.values import copied
 
 DISPATCHER = "dispatcher"
 
@@ -108,7 +109,7 @@ def _unified_layer_by_layer(
     target page keeps its own spec object."""
     by_equal: dict[KVCacheSpec, Answer] = {}
     by_id: dict[int, Answer] = {}  # the spec objects stay alive in ``specs`` meanwhile
-    out = dict(specs)
+    out = copied(specs)
     made: list[Decision] = []  # the decisions since the rules were last asked, in layer order
     for layer, spec in specs.items():
         answer = by_id.get(id(spec), _UNSEEN)

@@ -55,7 +55,7 @@ from kvrules.plan import KVCacheGroup, KVCacheTensor, interleaved
 from kvrules.plugin.rules import Check
 from kvrules.specs.asked import count_problem
 from kvrules.specs.base import KVCacheSpec, field_names
-from kvrules.values import shown
+from kvrules.values import copied, shown
 
 
 def _is_int(value: object) -> bool:
@@ -227,7 +227,7 @@ def _unplaced(
     about what reading it does; building a table of every layer would cost more)."""
     if not isinstance(groups, (list, tuple)):
         return f"returned {type(groups).__name__}, not a list of KVCacheGroup", {}
-    left = dict(specs)
+    left = copied(specs)
     for index, group in enumerate(groups):
         problem = _group_problem(index, group) or _layers_problem(index, groups, specs, left)
         if problem:
