@@ -276,8 +276,9 @@ class Asker:
         ``check(*args(state))`` holds gives the next state, ``act(rule, answer, state)``.
 
         A decline is recorded at once, an applied decision (with the answer's ``details``) once
-        the rule has acted. Stops early
-        when ``until(state)`` holds. :returns: the last state.
+        the rule has acted. Stops early when ``until(state)`` holds.
+
+        :returns: the last state.
         """
         for rule in rules:
             if until(state):
