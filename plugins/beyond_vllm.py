@@ -206,13 +206,12 @@ def _searched(
     ctx: PlanContext,
     search: Callable[[Mapping[str, KVCacheSpec], PlanContext], _Choice | str],
 ) -> _Choice:
-    """The choice the rule's guard handed over (``ctx.check.work``); searched again when the
+    """The choice the rule's guard handed over (``ctx.handed``); searched again when the
     action is called without it (directly, not through the asker).
 
     :raises PluginError: the search declines, so the rule should not have been asked to act.
     """
-    work = ctx.check.work if ctx.check is not None else None
-    choice = work if isinstance(work, _Choice) else search(specs, ctx)
+    choice = ctx.handed(_Choice) or search(specs, ctx)
     if isinstance(choice, str):
         raise PluginError(f"rule {rule!r} was asked to act although it declines: {choice}")
     return choice

@@ -230,8 +230,7 @@ class DraftAwareAlign(Aligner):
         )
 
     def align(self, specs: Mapping[str, KVCacheSpec], ctx: AlignContext) -> dict[str, KVCacheSpec]:
-        work = ctx.check.work if ctx.check is not None else None
-        plan = work if isinstance(work, _Alignment) else self._plan(specs, ctx)
+        plan = ctx.handed(_Alignment) or self._plan(specs, ctx)
         return dict(specs) if isinstance(plan, str) else plan.specs
 
     def explain(self, layer: str, before: KVCacheSpec, after: KVCacheSpec, ctx: AlignContext) -> str:

@@ -42,8 +42,7 @@ class VllmGroupSize(Grouper):
         )
 
     def group(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        work = ctx.check.work if ctx.check is not None else None
-        return list((work if isinstance(work, _Grouped) else self._groups(specs)).groups)
+        return list((ctx.handed(_Grouped) or self._groups(specs)).groups)
 
     @staticmethod
     def _groups(specs: Mapping[str, KVCacheSpec]) -> _Grouped:

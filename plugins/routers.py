@@ -139,11 +139,9 @@ class DeepseekV4Packing(Router):
         )
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        work = ctx.check.work if ctx.check is not None else None
+        work = ctx.handed(list)
         return (
-            list(work)
-            if isinstance(work, list)
-            else flag_eagle_group(self.tuple_groups(specs)[0], specs, ctx)[0]
+            list(work) if work is not None else flag_eagle_group(self.tuple_groups(specs)[0], specs, ctx)[0]
         )
 
     def tuple_groups(self, specs: Mapping[str, KVCacheSpec]) -> tuple[list[KVCacheGroup], str]:
@@ -241,8 +239,8 @@ class LayoutPacking(DeepseekV4Packing):
         )
 
     def route(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> list[KVCacheGroup]:
-        work = ctx.check.work if ctx.check is not None else None
-        return list(work) if isinstance(work, list) else self.packed_groups(specs)[0]
+        work = ctx.handed(list)
+        return list(work) if work is not None else self.packed_groups(specs)[0]
 
     @staticmethod
     def packed_groups(specs: Mapping[str, KVCacheSpec]) -> tuple[list[KVCacheGroup], str]:

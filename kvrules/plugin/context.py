@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvrules.config import EngineConfig
 from kvrules.decisions import DecisionLog
@@ -20,6 +20,14 @@ from kvrules.specs.base import KVCacheSpec
 if TYPE_CHECKING:
     from kvrules.hf.backends import AttentionBackend
     from kvrules.hf.settings import BuildSettings
+
+
+T = TypeVar("T")
+
+
+def _handed(check: Check | None, kind: type[T]) -> T | None:
+    work = check.work if check is not None else None
+    return work if isinstance(work, kind) else None
 
 
 @dataclass
@@ -46,6 +54,11 @@ class PlanContext:
     memory: tuple[int, ...] = ()
     cache: dict[Any, Any] = field(default_factory=dict)
     check: Check | None = None
+
+    def handed(self, kind: type[T]) -> T | None:
+        """The work the acting rule's guard handed over (``check.work``) when it is a ``kind``;
+        ``None`` when the action is called directly (then work it out again)."""
+        return _handed(self.check, kind)
 
     def provider(self, rule_name: str) -> str:
         """Which plugin registered ``rule_name``."""
@@ -78,6 +91,11 @@ class AlignContext:
     draft_settings: BuildSettings | None = None
     group_with: Callable[[Mapping[str, KVCacheSpec], EngineConfig, str], list[KVCacheGroup]] | None = None
     check: Check | None = None
+
+    def handed(self, kind: type[T]) -> T | None:
+        """The work the acting aligner's guard handed over (``check.work``) when it is a ``kind``;
+        ``None`` when the action is called directly (then work it out again)."""
+        return _handed(self.check, kind)
 
     @property
     def block_size(self) -> int:
