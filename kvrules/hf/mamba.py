@@ -95,11 +95,6 @@ def short_conv_state_shape(tp: int, intermediate: int, conv_kernel: int) -> tupl
     return ((conv_kernel - 1, _div(intermediate, tp, "short conv dim")),)
 
 
-def linear_attention_state_shape(num_heads: int, tp: int, head_dim: int) -> tuple[Shape]:
-    """Linear attention (MiniMax): ``(heads // tp, head_dim, head_dim)``."""
-    return ((num_heads // tp, head_dim, head_dim),)
-
-
 def kda_state_shape(
     tp: int, num_heads: int, head_dim: int, conv_kernel: int, num_spec: int = 0
 ) -> tuple[Shape, Shape]:

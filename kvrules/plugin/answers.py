@@ -204,9 +204,6 @@ def partition_problem(
     problem, left = _unplaced(groups, specs)
     if problem is not None:
         return problem, {}
-    if len(left) == len(remaining) and list(left) == list(remaining):  # in order: compare at C speed
-        if all(map(is_, left.values(), remaining.values())):
-            return None, left
     wrong = next((n for n, s in remaining.items() if left.get(n) is not s), None)
     if wrong is not None:
         return f"left layer {wrong!r} in both its groups and the remaining specs, or changed it", {}
