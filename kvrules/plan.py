@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterator, Mapping
+from functools import cache
 from itertools import chain
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any
 
 import msgspec
@@ -31,7 +32,6 @@ from kvrules.plan_records import (
     BackingTensor,
     KVCacheGroup,
     KVCacheTensor,
-    Memo,
     UnifyResult,
     WasteReport,
     WorkerPlan,
@@ -111,8 +111,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, weakref=True):
         """:meth:`to_dict` with ``decisions`` as its decision records (``records``: tensors as
         records, for msgspec to encode); each distinct spec object's form and sizes made once
         (then once per equal spec) and shared by its layers."""
-        forms = Memo(lambda spec: spec.to_dict())
-        sizes = Memo(page_sizes)
+        forms, sizes = cache(methodcaller("to_dict")), cache(page_sizes)  # once per equal spec (specs hash)
         made = {id(s): (forms(s), sizes(s)) for s in distinct_specs(self.specs.values())}
         layers = list(map(made.__getitem__, map(id, self.specs.values())))
         return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
+from functools import cache
 from typing import Annotated, Any
 
 import msgspec
@@ -25,7 +26,6 @@ from kvrules.plan_records import (
     Count,
     KVCacheGroup,
     KVCacheTensor,
-    Memo,
     Total,
     WasteReport,
     WorkerPlan,
@@ -295,7 +295,7 @@ def _spec_size_figures(
         raise ModelFileError(
             f"spec_sizes[{stray!r}] is not a layer of 'specs': spec_sizes has one entry per layer"
         )
-    sizes = Memo(page_sizes)
+    sizes = cache(page_sizes)
     for name, spec in specs.items():
         record, derived = doc[name], sizes(spec)
         if record == derived and all(type(v) is int for v in record.values()):

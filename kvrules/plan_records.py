@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from importlib import resources
 from itertools import chain, zip_longest
@@ -398,22 +398,3 @@ class WorkerPlan(msgspec.Struct, frozen=True):
 
 def finite(value: float) -> float | None:
     return None if math.isinf(value) else value
-
-
-class Memo:
-    """``make(spec)`` once per distinct spec (equal specs have equal forms and sizes: their fields
-    are validated, so ``1``, ``1.0`` and ``True`` never meet in one field); unhashable specs are
-    computed every time."""
-
-    def __init__(self, make: Callable[[KVCacheSpec], Any]) -> None:
-        self.make = make
-        self.done: dict[KVCacheSpec, Any] = {}
-
-    def __call__(self, spec: KVCacheSpec) -> Any:
-        try:
-            value = self.done.get(spec)
-        except TypeError:
-            return self.make(spec)
-        if value is None:
-            value = self.done[spec] = self.make(spec)
-        return value
