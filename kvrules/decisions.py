@@ -166,6 +166,10 @@ class DecisionLog:
             self._emit("kvrules.decision", **decision.to_dict())
         return decision
 
+    def add_for_layer(self, template: list[Decision], layer: str) -> None:
+        """Add each of ``template``'s answers again for ``layer`` (:meth:`Decision.for_layer`), in order."""
+        self.extend([decision.for_layer(layer) for decision in template])
+
     def record(
         self,
         stage: str,

@@ -179,6 +179,10 @@ class RuleRegistry(Registry[Rule]):
         self.presets[name] = tuple(rule_names)
         self.preset_providers[name] = self.provider
 
+    def of_kind(self, kind: str) -> list[Rule]:
+        """Every registered rule of ``kind`` in the core's order."""
+        return [r for r in self.ordered() if r.kind == kind]
+
 
 class AllocatorRegistry(Registry[Allocator]):
     """Allocators by name (``add``), plus the view layouts they build per-layer tensors with
@@ -249,6 +253,10 @@ class Registries:
             if module in reg.modules:
                 return reg.modules[module]
         return None
+
+    def spec_classes(self) -> Mapping[str, type[KVCacheSpec]]:
+        """Type name -> spec class."""
+        return self.spec_types.classes
 
 
 __all__ = [

@@ -137,12 +137,13 @@ def test_a_plan_holds_its_decisions_as_a_tuple_from_construction() -> None:
         plan.decisions = ()  # type: ignore[misc]
 
 
-def test_a_decision_log_keeps_decisions_in_order() -> None:
+def test_a_decision_log_copies_answers_for_layers_in_order() -> None:
     d = Decision("unify", "mamba-pad", "applied", "a.0", "padded", None, None, 64)
     log = DecisionLog()
     log.add(d)
-    log.extend([d.for_layer("b.0"), d.for_layer("b.1")])
-    log.extend([])
-    assert [x.layer for x in log.entries] == ["a.0", "b.0", "b.1"]
-    assert log.decisions() == (d, d.for_layer("b.0"), d.for_layer("b.1"))
+    log.add_for_layer([d], "b.0")
+    log.add_for_layer([d, d], "b.1")
+    log.add_for_layer([], "b.2")
+    assert [x.layer for x in log.entries] == ["a.0", "b.0", "b.1", "b.1"]
+    assert log.decisions() == (d, d.for_layer("b.0"), d.for_layer("b.1"), d.for_layer("b.1"))
     assert log.items == list(log.decisions())
