@@ -37,11 +37,24 @@ def worker_waste(
     With ``ask``, every spec's answers are asked through it: a spec type answering wrongly here
     (a later call) is a :class:`~kvrules.PluginError` naming that spec type's plugin."""
 
-    def blocks(spec: KVCacheSpec) -> int:
-        return ask.blocks(spec, config) if ask is not None else blocks_of(spec, config)
-
     def value(spec: KVCacheSpec, attribute: str) -> int:
         return int(ask.value("spec-type", spec, attribute) if ask is not None else getattr(spec, attribute))
+
+    # spec object -> (blocks per request, unpadded page, its scales, its padding), asked once each
+    # (groups share spec objects: vLLM's split of a draft model makes a thousand groups of three)
+    facts: dict[int, tuple[int, int, int, int]] = {}
+
+    def of(spec: KVCacheSpec) -> tuple[int, int, int, int]:
+        known = facts.get(id(spec))  # the groups keep every spec alive meanwhile
+        if known is None:
+            unpadded = value(spec, "unpadded_page_size_bytes")
+            known = facts[id(spec)] = (
+                ask.blocks(spec, config) if ask is not None else blocks_of(spec, config),
+                unpadded,
+                unpadded - value(spec, "real_page_size_bytes"),
+                value(spec, "padding_bytes"),
+            )
+        return known
 
     allocated = real = page_padding = scales = 0
     for group in groups:
@@ -52,12 +65,12 @@ def worker_waste(
         members = spec.members(group.layer_names).values() if spec.has_members else (spec,)
         weight = 1 if spec.has_members else len(group.layer_names)
         for member in members:
-            pages = blocks(member) * weight
-            unpadded = value(member, "unpadded_page_size_bytes")
+            blocks, unpadded, scale, padding = of(member)
+            pages = blocks * weight
             real += pages * unpadded
-            scales += pages * (unpadded - value(member, "real_page_size_bytes"))
-            page_padding += pages * value(member, "padding_bytes")
-        allocated += blocks(spec) * block_bytes
+            scales += pages * scale
+            page_padding += pages * padding
+        allocated += of(spec)[0] * block_bytes
     return WorkerWaste(
         block_bytes, allocated, real, page_padding, allocated - real - page_padding, scale_bytes=scales
     )

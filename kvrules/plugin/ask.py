@@ -114,6 +114,11 @@ class Asker:
 
     registries: Registries
     decisions: DecisionLog = field(default_factory=DecisionLog)
+    #: (id(spec), id(config)) -> (spec, config, checked blocks_per_request): a spec is asked once
+    #: per config (the entry keeps both alive, so their ids are not reused meanwhile)
+    _blocks: dict[tuple[int, int], tuple[KVCacheSpec, EngineConfig, int]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @staticmethod
     def frozen(specs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -379,11 +384,16 @@ class Asker:
                 )
 
     def blocks(self, spec: KVCacheSpec, config: EngineConfig) -> int:
-        """A group spec's ``blocks_per_request(config)``, asked of its spec type and checked (an int >= 0)."""
+        """A group spec's ``blocks_per_request(config)``, asked of its spec type and checked (an int
+        >= 0), once per spec object and config."""
+        known = self._blocks.get((id(spec), id(config)))
+        if known is not None:
+            return known[2]
         value = self.call("spec-type", spec, "blocks_per_request", config)
         problem = answers.int_problem(value, "blocks_per_request()", 0)
         if problem:
             raise self.fault("spec-type", spec, problem)
+        self._blocks[(id(spec), id(config))] = (spec, config, int(value))
         return int(value)
 
     def summary(self, spec: KVCacheSpec) -> dict[str, Any]:
