@@ -36,7 +36,7 @@ from typing import Any
 from kvrules.errors import ModelFileError
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import resolve_model_dtype
-from kvrules.sizing import dense, hybrid, vision
+from kvrules.sizing import dense, hybrid, lfm2, vision
 from kvrules.sizing.build import Builder
 from kvrules.sizing.quant import Scheme, scheme_of, stored_elements
 from kvrules.sizing.weights import Role, WeightTable
@@ -74,7 +74,7 @@ ARCHITECTURES: dict[str, Reader] = {
     "granitemoehybrid": hybrid.build_granite_hybrid,
     "falcon_h1": hybrid.build_falcon_h1,
     "qwen3_next": hybrid.build_qwen3_next,
-    "lfm2": hybrid.build_lfm2,
+    "lfm2": lfm2.build_lfm2,
 }
 
 #: model types the front door plans whose checkpoints kvrules does not count, and why
