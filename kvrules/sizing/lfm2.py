@@ -1,5 +1,5 @@
-"""Reader for Liquid AI's LFM2 (``lfm2``): gated short convolutions and a few attention layers,
-each followed by a feed-forward block.
+"""Readers for Liquid AI's LFM2 (``lfm2``) and LFM2-MoE (``lfm2_moe``): gated short convolutions
+and a few attention layers, each followed by a feed-forward block.
 
 The tensors are those of transformers' ``modeling_lfm2.py`` / ``modeling_lfm2_moe.py`` as the
 checkpoints name them (routed experts one module each, ``experts.<e>.w1`` / ``w3`` / ``w2``); the
@@ -17,8 +17,10 @@ from kvrules.sizing.build import (
     Builder,
     attention,
     embedding,
+    experts,
     final,
     gated_mlp,
+    router,
 )
 from kvrules.sizing.weights import Split
 
@@ -75,6 +77,13 @@ def lfm2_mixer(b: Builder, p: str, i: int, kind: str, att: Attention) -> None:
     b.linear(f"{p}.conv.out_proj", hidden, hidden, "conv", split=Split.ROW, layer=i, bias=bias)
 
 
+def _layer_kinds(b: Builder, layers: int) -> list[str]:
+    kinds = b.config.sequence("layer_types", layers)
+    if kinds is None:
+        raise b.config.missing("layer_types", "LFM2-MoE's layers are listed there, conv or full_attention")
+    return [str(k) for k in kinds]
+
+
 def build_lfm2(b: Builder) -> tuple[int, int, int, bool]:
     """LFM2: short-convolution and attention layers (:func:`lfm2_mixer`), each with a SwiGLU
     ``feed_forward`` (``w1``/``w3``/``w2``); the final norm is ``embedding_norm``."""
@@ -89,5 +98,37 @@ def build_lfm2(b: Builder) -> tuple[int, int, int, bool]:
         p = f"model.layers.{i}"
         lfm2_mixer(b, p, i, str(kind), att)
         gated_mlp(b, f"{p}.feed_forward", i, hidden, ff, names=("w1", "w3", "w2"))
+    final(b, "model.embedding_norm", hidden, vocab, tied)
+    return layers, vocab, hidden, tied
+
+
+def build_lfm2_moe(b: Builder) -> tuple[int, int, int, bool]:
+    """LFM2-MoE: LFM2's layers (:func:`lfm2_mixer`, by ``layer_types``); the first
+    ``num_dense_layers`` feed-forward blocks are SwiGLU MLPs of ``intermediate_size`` (no LFM2
+    width adjustment), the others a MoE block: the router ``gate`` ``[E, H]``, its ``expert_bias``
+    ``[E]`` when ``use_expert_bias``, and ``num_experts`` experts of ``moe_intermediate_size``.
+    The defaults are ``Lfm2MoeConfig``'s; ``tie_embedding`` is the file's older name for
+    ``tie_word_embeddings``."""
+    c = b.config
+    hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
+    tied = c.flag("tie_word_embeddings", c.flag("tie_embedding", True))
+    att = lfm2_attention(b)
+    kinds = _layer_kinds(b, layers)
+    dense = c.integer("num_dense_layers", 2, minimum=0)
+    count = c.integer("num_experts", 32)
+    bias = c.flag("use_expert_bias", True)
+    embedding(b, "model.embed_tokens.weight", vocab, hidden)
+    for i, kind in enumerate(kinds):
+        p = f"model.layers.{i}"
+        f = f"{p}.feed_forward"
+        lfm2_mixer(b, p, i, kind, att)
+        if i < dense:
+            gated_mlp(b, f, i, hidden, c.integer("intermediate_size", 7168), names=("w1", "w3", "w2"))
+            continue
+        router(b, f"{f}.gate", i, hidden, count)
+        if bias:
+            b.add(f"{f}.expert_bias", (count,), "router", layer=i)
+        inter = c.integer("moe_intermediate_size", 1792)
+        experts(b, f"{f}.experts", i, hidden, inter, count, names=("w1", "w3", "w2"))
     final(b, "model.embedding_norm", hidden, vocab, tied)
     return layers, vocab, hidden, tied

@@ -75,13 +75,13 @@ ARCHITECTURES: dict[str, Reader] = {
     "falcon_h1": hybrid.build_falcon_h1,
     "qwen3_next": hybrid.build_qwen3_next,
     "lfm2": lfm2.build_lfm2,
+    "lfm2_moe": lfm2.build_lfm2_moe,
 }
 
 #: model types the front door plans whose checkpoints kvrules does not count, and why
 NOT_COUNTED: dict[str, str] = {
     "zamba2": "Zamba2's shared transformer blocks with per-use LoRA adapters are not modelled",
     "kimi_linear": "Kimi-Linear's KDA mixer is not modelled",
-    "lfm2_moe": "LFM2-MoE's expert block is not modelled",
     "qwen3_5_text": "Qwen3.5's layout is not modelled",
     "qwen3_5_moe_text": "Qwen3.5-MoE's layout is not modelled",
 }
