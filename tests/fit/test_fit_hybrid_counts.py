@@ -18,6 +18,57 @@ from kvrules.sizing.params import count_params
 HF = Path(__file__).parent.parent / "data" / "hf"
 
 
+def test_zamba2_2_7b() -> None:
+    # hidden H 2560, 54 layers (9 hybrid), vocab 32000 (tied), 32 heads of 160 over the 2H input,
+    # intermediate 4H = 10240, 2 shared blocks, adapter rank 128, no attention adapters;
+    # Mamba 2: inner 2H = 5120, 80 heads, 1 group of state 64, conv 4.
+    #   mixer: in_proj (2*5120 + 2*64 + 80 = 10448) x 2560 = 26,746,880; conv1d (5248 x 4) + bias
+    #   5248 = 26,240; dt_bias, A_log, D 3*80 = 240; norm 5120; out_proj 2560*5120 = 13,107,200
+    #   -> 39,885,680, + input_layernorm 2560 = 39,888,240 per layer, x54 = 2,153,964,960
+    #   hybrid linear 2560*2560 = 6,553,600, x9 = 58,982,400
+    #   shared block: norms 5120 + 2560; q/k/v 3 * 5120*5120 = 78,643,200; o 2560*5120 =
+    #   13,107,200; gate_up 20480*2560 = 52,428,800; down 2560*10240 = 26,214,400
+    #   -> 170,401,280, x2 = 340,802,560
+    #   MLP adapter per hybrid use: 128*2560 + 20480*128 = 2,949,120, x9 = 26,542,080
+    #   embedding 32000*2560 = 81,920,000; final norm 2560
+    #   2,153,964,960 + 58,982,400 + 340,802,560 + 26,542,080 + 81,920,000 + 2,560 = 2,662,214,560
+    count = count_params(HF / "Zyphra__Zamba2-2.7B" / "config.json")
+    assert count.total == 2_662_214_560
+    shared = [w for w in count.table.weights if ".shared_transformer.self_attn.q_proj." in w.name]
+    assert [w.name.split(".")[2] for w in shared] == ["6", "11"]  # stored once, under its first use
+
+
+def test_zamba2_attention_adapters_one_shared_block() -> None:
+    # H 32, 4 layers (1 and 2 hybrid), 4 heads of 16 over 2H = 64, intermediate 4H = 128, vocab
+    # 50 (tied), 1 shared block serving both uses, adapter rank 4 with attention adapters;
+    # Mamba 2: inner 64, 4 heads, 1 group of state 8, conv 4.
+    #   mixer: in_proj (128 + 16 + 4 = 148) x 32 = 4,736; conv1d 80*4 + 80 = 400; 3*4 = 12; norm
+    #   64; out_proj 32*64 = 2,048 -> 7,260, + norm 32 = 7,292 per layer, x4 = 29,168
+    #   hybrid linear 32*32, x2 = 2,048
+    #   shared block: norms 64 + 32; q/k/v 3 * 64*64 = 12,288; o 32*64 = 2,048; gate_up 256*32 =
+    #   8,192; down 32*128 = 4,096 -> 26,720
+    #   adapters per use: MLP 4*32 + 256*4 = 1,152; q/k/v 3 * (4*64 + 64*4) = 1,536 -> 2,688, x2
+    #   embedding 50*32 = 1,600; final norm 32
+    #   1,600 + 29,168 + 2,048 + 26,720 + 5,376 + 32 = 64,944
+    config: dict[str, Any] = {
+        "model_type": "zamba2",
+        "hidden_size": 32,
+        "num_hidden_layers": 4,
+        "layers_block_type": ["mamba", "hybrid", "hybrid", "mamba"],
+        "num_attention_heads": 4,
+        "n_mamba_heads": 4,
+        "mamba_d_state": 8,
+        "num_mem_blocks": 1,
+        "adapter_rank": 4,
+        "use_shared_attention_adapter": True,
+        "vocab_size": 50,
+    }
+    count = count_params(config)
+    assert count.total == 64_944
+    adapters = {w.name for w in count.table.weights if "linear_q_adapter_list" in w.name}
+    assert {n.split("shared_transformer.")[0] for n in adapters} == {"model.layers.1."}
+
+
 def test_lfm2_moe() -> None:
     # H 64, 4 layers (conv, attention, conv, conv), 4 heads of 16, 2 KV heads, vocab 100 (tied),
     # layer 0 dense (96), 3 MoE layers of 4 experts of 32 with the expert bias; conv kernel 3.
