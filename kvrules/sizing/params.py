@@ -36,7 +36,7 @@ from typing import Any
 from kvrules.errors import ModelFileError
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import resolve_model_dtype
-from kvrules.sizing import dense, hybrid, lfm2, vision, zamba2
+from kvrules.sizing import dense, hybrid, kimi_linear, lfm2, vision, zamba2
 from kvrules.sizing.build import Builder
 from kvrules.sizing.quant import Scheme, scheme_of, stored_elements
 from kvrules.sizing.weights import Role, WeightTable
@@ -74,6 +74,7 @@ ARCHITECTURES: dict[str, Reader] = {
     "granitemoehybrid": hybrid.build_granite_hybrid,
     "falcon_h1": hybrid.build_falcon_h1,
     "qwen3_next": hybrid.build_qwen3_next,
+    "kimi_linear": kimi_linear.build_kimi_linear,
     "lfm2": lfm2.build_lfm2,
     "lfm2_moe": lfm2.build_lfm2_moe,
     "zamba2": zamba2.build_zamba2,
@@ -81,7 +82,6 @@ ARCHITECTURES: dict[str, Reader] = {
 
 #: model types the front door plans whose checkpoints kvrules does not count, and why
 NOT_COUNTED: dict[str, str] = {
-    "kimi_linear": "Kimi-Linear's KDA mixer is not modelled",
     "qwen3_5_text": "Qwen3.5's layout is not modelled",
     "qwen3_5_moe_text": "Qwen3.5-MoE's layout is not modelled",
 }

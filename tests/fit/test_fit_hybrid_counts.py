@@ -69,6 +69,25 @@ def test_zamba2_attention_adapters_one_shared_block() -> None:
     assert {n.split("shared_transformer.")[0] for n in adapters} == {"model.layers.1."}
 
 
+def test_kimi_linear_48b() -> None:
+    # H 2304, 27 layers: 20 KDA (32 heads of 128: P = 4096, conv 4), 7 MLA (32 heads, no q LoRA,
+    # kv_lora 512, nope 128, rope 64, v 128); layer 0 a dense MLP of 9216, 26 MoE layers (256
+    # experts of 1024, one shared expert of 1024); vocab 163840, untied.
+    #   KDA: q/k/v 3 * 4096*2304 = 28,311,552; convs 3 * 4096*4 = 49,152; A_log 32; f_a 128*2304
+    #   = 294,912; f_b 4096*128 = 524,288; dt_bias 4096; b_proj 32*2304 = 73,728; g_a 294,912;
+    #   g_b 524,288; o_norm 128; o_proj 2304*4096 = 9,437,184 -> 39,514,272, x20 = 790,285,440
+    #   MLA: q 32*192*2304 = 14,155,776; kv_a 576*2304 = 1,327,104; kv_a norm 512; kv_b
+    #   32*256*512 = 4,194,304; o 2304*4096 = 9,437,184 -> 29,114,880, x7 = 203,804,160
+    #   MoE: gate 256*2304 = 589,824; bias 256; experts 256*3*1024*2304 = 1,811,939,328; shared
+    #   3*1024*2304 = 7,077,888 -> 1,819,607,296, x26 = 47,309,789,696
+    #   dense MLP 3*9216*2304 = 63,700,992; norms 27*2*2304 = 124,416
+    #   embedding + lm_head 2*163840*2304 = 754,974,720; final norm 2304
+    #   total 49,122,681,728
+    count = count_params(HF / "moonshotai__Kimi-Linear-48B-A3B-Instruct" / "config.json")
+    assert count.total == 49_122_681_728
+    assert count.complete
+
+
 def test_lfm2_moe() -> None:
     # H 64, 4 layers (conv, attention, conv, conv), 4 heads of 16, 2 KV heads, vocab 100 (tied),
     # layer 0 dense (96), 3 MoE layers of 4 experts of 32 with the expert bias; conv kernel 3.
