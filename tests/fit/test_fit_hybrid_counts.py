@@ -114,3 +114,69 @@ def test_lfm2_moe() -> None:
     names = {w.name for w in count.table.weights}
     assert "model.layers.1.feed_forward.expert_bias" in names
     assert "model.layers.0.feed_forward.w1.weight" in names
+
+
+def test_qwen3_5_0_8b() -> None:
+    # text: H 1024, 24 layers (18 delta net, 6 attention), intermediate 3584, 8 heads of 256 with
+    # the output gate, 2 KV heads, delta net 16 key and 16 value heads of 128, conv 4, vocab
+    # 248320 (tied); MTP 1 layer; vision 12 blocks of 768 (MLP 3072), patch 16, temporal 2,
+    # merge 2, out 1024, 2304 positions.
+    #   per layer: norms 2048 + MLP 3*3584*1024 = 11,010,048
+    #   delta net: in_proj_qkv (2*2048 + 2048 = 6144) x 1024 = 6,291,456; in_proj_z 2048*1024 =
+    #   2,097,152; in_proj_b/a 2*16*1024 = 32,768; conv1d 6144*4 = 24,576; dt_bias + A_log 32;
+    #   norm 128; out_proj 1024*2048 = 2,097,152 -> 10,543,264
+    #   attention: q 8*256*2 x 1024 = 4,194,304; k, v 2 * 512*1024 = 1,048,576; o 2,097,152;
+    #   q/k norms 512 -> 7,340,544
+    #   model: 248320*1024 = 254,279,680 + 24*11,012,096 + 18*10,543,264 + 6*7,340,544 + 1024
+    #   = 752,393,024
+    #   MTP: fc 1024*2048 = 2,097,152; 3 norms 3072; a layer 2048 + 7,340,544 + 11,010,048
+    #   -> 20,452,864
+    #   vision: patch 768*3*2*16*16 + 768 = 1,180,416; positions 2304*768 = 1,769,472; per block
+    #   norms 4*768, qkv 3*768*768 + 2304, proj 768*768 + 768, fc1 3072*768 + 3072, fc2
+    #   768*3072 + 768 -> 7,087,872, x12 = 85,054,464; merger norm 1536, fc1 3072*3072 + 3072,
+    #   fc2 1024*3072 + 1024 -> 12,588,544; -> 100,592,896
+    #   total 752,393,024 + 20,452,864 + 100,592,896 = 873,438,784
+    count = count_params(HF / "Qwen__Qwen3.5-0.8B" / "config.json")
+    assert dict(count.by_role) == {"model": 752_393_024, "mtp": 20_452_864, "vision": 100_592_896}
+    assert count.total == 873_438_784 and count.complete
+    names = {w.name for w in count.table.weights}
+    assert "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" in names
+    assert "model.visual.merger.linear_fc2.weight" in names
+
+
+def test_qwen3_5_moe() -> None:
+    # text-only Qwen3.5-MoE: H 64, 4 layers (3 delta net, 1 attention), 4 heads of 16 with the
+    # output gate, 2 KV heads, delta net 2 key heads and 4 value heads of 8, conv 4, 4 experts of
+    # 16 (fused), shared expert 32, vocab 100 (untied), 1 MTP layer.
+    #   delta net: in_proj_qkv (2*16 + 32 = 64) x 64 = 4,096; z 32*64 = 2,048; b/a 2*4*64 = 512;
+    #   conv 64*4 = 256; dt_bias + A_log 8; norm 8; out_proj 64*32 = 2,048 -> 8,976
+    #   attention: q 4*16*2 x 64 = 8,192; k, v 2 * 32*64 = 4,096; o 64*64 = 4,096; norms 32
+    #   -> 16,416
+    #   MoE: router 4*64 = 256; gate_up 4 * 32*64 = 8,192; down 4 * 64*16 = 4,096; shared expert
+    #   3*32*64 = 6,144; shared_expert_gate 64 -> 18,752
+    #   model: embedding + lm_head 2*6,400 + final norm 64 + 4*128 + 3*8,976 + 16,416 + 4*18,752
+    #   = 131,728; MTP: fc 64*128 = 8,192 + 3 norms 192 + a layer 128 + 16,416 + 18,752 = 43,680
+    config: dict[str, Any] = {
+        "model_type": "qwen3_5_moe_text",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_key_head_dim": 8,
+        "linear_num_value_heads": 4,
+        "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 32,
+        "vocab_size": 100,
+        "tie_word_embeddings": False,
+        "mtp_num_hidden_layers": 1,
+    }
+    count = count_params(config)
+    assert dict(count.by_role) == {"model": 131_728, "mtp": 43_680}
+    fused = [w for w in count.table.weights if w.name == "model.layers.0.mlp.experts.gate_up_proj"]
+    assert len(fused) == 1 and fused[0].shape == (32, 64) and fused[0].experts == 4
