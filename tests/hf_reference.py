@@ -268,13 +268,14 @@ class Mamba2:
         return conv * MODEL_BYTES + heads * self.head_dim * self.state * self.ssm_bytes
 
 
-def gdn_page(cfg: Config, tp: int) -> int:
-    """Gated delta net: conv ``(k-1, (2 dk nk + dv nv)/tp)`` + SSM ``(nv/tp, dv, dk)``."""
+def gdn_page(cfg: Config, tp: int, ssm: int = MODEL_BYTES) -> int:
+    """Gated delta net: conv ``(k-1, (2 dk nk + dv nv)/tp)`` + SSM ``(nv/tp, dv, dk)`` (``ssm`` bytes
+    an element)."""
     nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
     dk, dv = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
     _split("linear_num_key_heads", nk, tp)
     conv = (int(cfg["linear_conv_kernel_dim"]) - 1) * _split("gdn conv dim", 2 * dk * nk + dv * nv, tp)
-    return (conv + _split("linear_num_value_heads", nv, tp) * dv * dk) * MODEL_BYTES
+    return conv * MODEL_BYTES + _split("linear_num_value_heads", nv, tp) * dv * dk * ssm
 
 
 def kda_page(cfg: Config, tp: int) -> int:
@@ -428,6 +429,20 @@ def qwen3_next(cfg: Config, kv: str, tp: int) -> list[Layer]:
     return hybrid(_full_at(attn_idx, geo, kv), state_idx, gdn_page(cfg, tp), geo, kv)
 
 
+def qwen3_5(cfg: Config, kv: str, tp: int) -> list[Layer]:
+    """Qwen3.5 / Qwen3.5-MoE: Qwen3-Next's layers; the SSM state float32 when the config's
+    ``mamba_ssm_dtype`` says so (the published configs do)."""
+    n = int(cfg["num_hidden_layers"])
+    interval = int(_get(cfg, "full_attention_interval", 4))
+    kinds = _layer_types(cfg) or [
+        "linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)
+    ]
+    attn_idx, state_idx = _split_layers(kinds, "full_attention")
+    geo = attention(cfg, tp)
+    ssm = FP32 if _get(cfg, "mamba_ssm_dtype", None) == "float32" else MODEL_BYTES
+    return hybrid(_full_at(attn_idx, geo, kv), state_idx, gdn_page(cfg, tp, ssm), geo, kv)
+
+
 def kimi_linear(cfg: Config, kv: str, tp: int) -> list[Layer]:
     """Kimi-Linear: MLA at ``linear_attn_config.full_attn_layers`` (1-based), KDA elsewhere."""
     n = int(cfg["num_hidden_layers"])
@@ -475,6 +490,7 @@ FAMILIES: dict[str, Callable[[Config, str, int], list[Layer]]] = {
     "deepseek_v32": deepseek_v32,
     "kimi_linear": kimi_linear,
     "qwen3_next": qwen3_next,
+    **dict.fromkeys(("qwen3_5_text", "qwen3_5_moe_text"), qwen3_5),
     "nemotron_h": nemotron_h,
     "jamba": jamba,
     "falcon_h1": falcon_h1,
@@ -486,7 +502,12 @@ FAMILIES: dict[str, Callable[[Config, str, int], list[Layer]]] = {
 }
 """Text model type -> the function that lays out its layers."""
 
-TEXT_TYPES = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+TEXT_TYPES = {
+    "gemma3": "gemma3_text",
+    "llama4": "llama4_text",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+}
 """Multimodal wrappers whose layers live in ``text_config``."""
 
 

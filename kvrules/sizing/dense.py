@@ -393,16 +393,17 @@ def glm4_mtp(b: Builder, start: int, count: int, vocab: int, hidden: int, family
 # -- MLA: DeepSeek V2 / V3 / V3.2, Kimi K2 ----------------------------------------------------
 
 
-def _mla_layer(b: Builder, p: str, i: int, *, moe: bool) -> None:
+def mla_attention(b: Builder, a: str, i: int) -> None:
+    """An MLA block ``a`` (``...self_attn``): the query path (``q_a_proj`` / ``q_a_layernorm`` /
+    ``q_b_proj`` with a ``q_lora_rank``, else ``q_proj``), ``kv_a_proj_with_mqa``,
+    ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``, and DeepSeek-V3.2's indexer when the config
+    has one."""
     c = b.config
     hidden = c.integer("hidden_size")
     heads = c.integer("num_attention_heads")
     nope, rope, v = c.integer("qk_nope_head_dim"), c.integer("qk_rope_head_dim"), c.integer("v_head_dim")
     kv_lora = c.integer("kv_lora_rank")
     q_lora = c.opt_int("q_lora_rank")
-    a = f"{p}.self_attn"
-    b.norm(f"{p}.input_layernorm", hidden, i)
-    b.norm(f"{p}.post_attention_layernorm", hidden, i)
     # vLLM deepseek_v2.py: q_a_proj and kv_a_proj_with_mqa are replicated (fused_qkv_a_proj),
     # q_b_proj / q_proj and kv_b_proj column-parallel over the heads, o_proj row-parallel
     if q_lora:
@@ -435,6 +436,14 @@ def _mla_layer(b: Builder, p: str, i: int, *, moe: bool) -> None:
     b.linear(f"{a}.o_proj", hidden, heads * v, "attention", split=Split.ROW, layer=i, heads=heads)
     if c.text_model_type == "deepseek_v32" or c.get("index_n_heads") is not None:
         _indexer(b, a, i, hidden, q_lora or hidden)
+
+
+def _mla_layer(b: Builder, p: str, i: int, *, moe: bool) -> None:
+    c = b.config
+    hidden = c.integer("hidden_size")
+    b.norm(f"{p}.input_layernorm", hidden, i)
+    b.norm(f"{p}.post_attention_layernorm", hidden, i)
+    mla_attention(b, f"{p}.self_attn", i)
     m = f"{p}.mlp"
     if not moe:
         gated_mlp(b, m, i, hidden, c.integer("intermediate_size"))

@@ -62,6 +62,8 @@ SIZE_FIELDS = frozenset(
         "shared_expert_intermediate_size",
         "shared_intermediate_size",
         "n_shared_experts",
+        "num_shared_experts",
+        "adapter_rank",
         "num_hidden_layers",
         "num_attention_heads",
         "num_key_value_heads",

@@ -1,6 +1,6 @@
 """Readers for the recurrent and hybrid decoders: Mamba 1 (``mamba``, ``falcon_mamba``), Mamba 2
-(``mamba2``), Jamba, Nemotron-H, Granite-4.0-H (``granitemoehybrid``), Falcon-H1, Qwen3-Next
-(gated delta net) and LFM2 (short convolutions).
+(``mamba2``), Jamba, Nemotron-H, Granite-4.0-H (``granitemoehybrid``), Falcon-H1 and Qwen3-Next
+(gated delta net); LFM2's short convolutions are in :mod:`kvrules.sizing.lfm2`.
 
 TP splits follow vLLM's mixers: ``vllm/model_executor/layers/mamba/mamba_mixer.py`` (Mamba 1:
 ``in_proj`` and ``conv1d`` column-parallel, ``x_proj`` row-parallel, ``dt_proj`` column-parallel,
@@ -451,66 +451,4 @@ def build_qwen3_next(b: Builder) -> tuple[int, int, int, bool]:
         for k in range(mtp):
             _qwen3_next_layer(b, f"mtp.layers.{k}", layers + k, "full_attention", hidden, att)
         b.set_role(Role.MODEL)
-    return layers, vocab, hidden, tied
-
-
-def lfm2_ff_dim(b: Builder) -> int:
-    """LFM2's feed-forward width: ``block_ff_dim``, cut to 2/3 and scaled by
-    ``block_ffn_dim_multiplier`` when ``block_auto_adjust_ff_dim``, rounded up to
-    ``block_multiple_of`` (transformers' ``Lfm2MLP``)."""
-    c = b.config
-    ff = c.integer("block_ff_dim", c.get("intermediate_size") or 12288)
-    if c.flag("block_auto_adjust_ff_dim", True):
-        ff = int(2 * ff / 3)
-        mult = c.get("block_ffn_dim_multiplier")
-        if isinstance(mult, (int, float)) and not isinstance(mult, bool):
-            ff = int(mult * ff)
-        multiple = c.integer("block_multiple_of", 256)
-        ff = multiple * ((ff + multiple - 1) // multiple)
-    return ff
-
-
-def build_lfm2(b: Builder) -> tuple[int, int, int, bool]:
-    """LFM2: short-convolution layers (``conv.in_proj`` ``[3H, H]``, a depthwise ``conv.conv``,
-    ``conv.out_proj``) and attention layers (``out_proj``, ``q_layernorm`` / ``k_layernorm``),
-    each with ``operator_norm`` / ``ffn_norm`` and a SwiGLU ``feed_forward`` (``w1``/``w3``/``w2``);
-    the final norm is ``embedding_norm``."""
-    c = b.config
-    hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
-    tied = c.flag("tie_word_embeddings", True)
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        hidden // heads,
-        qk_norm="head",
-        o_name="out_proj",
-        q_norm_name="q_layernorm",
-        k_norm_name="k_layernorm",
-    )
-    kinds = c.sequence("layer_types", layers) or []
-    bias = c.flag("conv_bias", False)
-    ff = lfm2_ff_dim(b)
-    embedding(b, "model.embed_tokens.weight", vocab, hidden)
-    for i, kind in enumerate(kinds):
-        p = f"model.layers.{i}"
-        b.norm(f"{p}.operator_norm", hidden, i)
-        b.norm(f"{p}.ffn_norm", hidden, i)
-        if kind == "conv":
-            b.linear(f"{p}.conv.in_proj", 3 * hidden, hidden, "conv", split=Split.COLUMN, layer=i, bias=bias)
-            b.add(
-                f"{p}.conv.conv.weight",
-                (hidden, 1, c.integer("conv_L_cache", 3)),
-                "conv",
-                split=Split.COLUMN,
-                layer=i,
-            )
-            if bias:
-                b.add(f"{p}.conv.conv.bias", (hidden,), "conv", split=Split.COLUMN, layer=i)
-            b.linear(f"{p}.conv.out_proj", hidden, hidden, "conv", split=Split.ROW, layer=i, bias=bias)
-        else:
-            attention(b, f"{p}.self_attn", i, att)
-        gated_mlp(b, f"{p}.feed_forward", i, hidden, ff, names=("w1", "w3", "w2"))
-    final(b, "model.embedding_norm", hidden, vocab, tied)
     return layers, vocab, hidden, tied

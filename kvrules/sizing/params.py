@@ -8,8 +8,7 @@ named and shaped as the checkpoint stores it. :func:`count_params` sums it into 
 Contract:
 
 * **exact**, not estimated: the count is the sum of the tensors' shapes, for the architectures in
-  :data:`ARCHITECTURES` (every model type kvrules' front door plans, except those listed in
-  :data:`NOT_COUNTED`);
+  :data:`ARCHITECTURES` (every model type kvrules' front door plans);
 * **what the checkpoint holds**: tied embeddings are counted once; the checkpoint's MTP / draft
   layers (DeepSeek's ``num_nextn_predict_layers``, GLM-4.5's, Qwen3-Next's ``mtp.*``) are counted
   under the role ``mtp``; a multimodal checkpoint's vision tower and projector under ``vision``
@@ -36,7 +35,7 @@ from typing import Any
 from kvrules.errors import ModelFileError
 from kvrules.hf.config import HFConfig
 from kvrules.hf.settings import resolve_model_dtype
-from kvrules.sizing import dense, hybrid, vision
+from kvrules.sizing import dense, hybrid, kimi_linear, lfm2, qwen3_5, vision, zamba2
 from kvrules.sizing.build import Builder
 from kvrules.sizing.quant import Scheme, scheme_of, stored_elements
 from kvrules.sizing.weights import Role, WeightTable
@@ -74,16 +73,12 @@ ARCHITECTURES: dict[str, Reader] = {
     "granitemoehybrid": hybrid.build_granite_hybrid,
     "falcon_h1": hybrid.build_falcon_h1,
     "qwen3_next": hybrid.build_qwen3_next,
-    "lfm2": hybrid.build_lfm2,
-}
-
-#: model types the front door plans whose checkpoints kvrules does not count, and why
-NOT_COUNTED: dict[str, str] = {
-    "zamba2": "Zamba2's shared transformer blocks with per-use LoRA adapters are not modelled",
-    "kimi_linear": "Kimi-Linear's KDA mixer is not modelled",
-    "lfm2_moe": "LFM2-MoE's expert block is not modelled",
-    "qwen3_5_text": "Qwen3.5's layout is not modelled",
-    "qwen3_5_moe_text": "Qwen3.5-MoE's layout is not modelled",
+    "qwen3_5_text": qwen3_5.build_qwen3_5,
+    "qwen3_5_moe_text": qwen3_5.build_qwen3_5,
+    "kimi_linear": kimi_linear.build_kimi_linear,
+    "lfm2": lfm2.build_lfm2,
+    "lfm2_moe": lfm2.build_lfm2_moe,
+    "zamba2": zamba2.build_zamba2,
 }
 
 
@@ -159,17 +154,11 @@ def as_config(config: HFConfig | Mapping[str, Any] | str | Path) -> HFConfig:
 def reader_for(config: HFConfig) -> Reader:
     """The reader of ``config``'s (text) model type.
 
-    :raises ModelFileError: the model type is not counted (:data:`NOT_COUNTED`) or unknown.
+    :raises ModelFileError: a model type :data:`ARCHITECTURES` does not list.
     """
     model_type = config.text_model_type
     if model_type in ARCHITECTURES:
         return ARCHITECTURES[model_type]
-    if model_type in NOT_COUNTED:
-        raise ModelFileError(
-            f"{config.source}: model_type {model_type!r} cannot be counted yet: {NOT_COUNTED[model_type]}, "
-            "so kvrules fit cannot size its weights; to plan its KV cache in the memory the weights "
-            f"leave, run `kvrules plan --hf-config {config.source} --memory SIZE`"
-        )
     known = ", ".join(sorted(ARCHITECTURES))
     raise ModelFileError(
         f"{config.source}: field {config.where('model_type')!r} is {model_type!r}, which kvrules cannot count; "

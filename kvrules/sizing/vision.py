@@ -14,13 +14,19 @@ layers). Known towers:
   with unbiased attention and SwiGLU, then ``multi_modal_projector`` (a norm, the
   ``patch_merger.merging_layer`` over ``spatial_merge_size ** 2`` patches, ``linear_1`` and
   ``linear_2``, biased only with ``multimodal_projector_bias``);
+* Qwen3.5 / Qwen3.5-MoE (``qwen3_5`` / ``qwen3_5_vision``, ``qwen3_5_moe`` /
+  ``qwen3_5_moe_vision``): a biased 3-D patch convolution, learned positions
+  (``num_position_embeddings``), LayerNorm blocks with a biased fused ``qkv`` and a biased
+  two-matrix MLP (``linear_fc1`` / ``linear_fc2``), then the ``merger`` (a LayerNorm and two biased
+  linears over ``spatial_merge_size ** 2`` patches), all under ``model.visual``;
 * Llama 4 (``llama4_vision_model``): an unfold-convolution ``linear``, a class embedding,
   learned positions for ``(image_size / patch_size) ** 2 + 1`` patches, LayerNorms before and
   after, biased attention and MLP blocks, the pixel-shuffle adapter (``fc1``
   ``[projector_input_dim, intermediate_size]``, ``fc2``) and ``multi_modal_projector.linear_1``.
 
 (The shapes are those of transformers' ``modeling_siglip.py``, ``modeling_qwen2_5_vl.py``,
-``modeling_pixtral.py`` / ``modeling_mistral3.py`` and ``modeling_llama4.py``.)
+``modeling_pixtral.py`` / ``modeling_mistral3.py``, ``modeling_qwen3_5.py`` and ``modeling_llama4.py``;
+the Qwen3.5 tower's TP split is vLLM's ``Qwen3_VisionTransformer``.)
 
 Any other ``vision_config`` is left out: the count covers the language model, and a note says
 the vision tower is not counted (:attr:`~kvrules.sizing.params.ParamCount.complete` is ``False``).
@@ -36,13 +42,26 @@ from kvrules.sizing.build import Builder
 from kvrules.sizing.weights import Role, Split
 
 #: the class defaults of the fields a tower's shapes need, where the file may leave them out
-#: (transformers' ``SiglipVisionConfig`` and ``Qwen2_5_VLVisionConfig``)
+#: (transformers' ``SiglipVisionConfig``, ``Qwen2_5_VLVisionConfig`` and ``Qwen3_5VisionConfig``)
 DEFAULTS: dict[str, dict[str, int]] = {
     "siglip_vision_model": {"num_channels": 3},
     "qwen2_5_vl": {"in_channels": 3, "temporal_patch_size": 2, "spatial_merge_size": 2, "in_chans": 3},
     "pixtral": {"num_channels": 3},
     "llama4_vision_model": {"num_channels": 3},
+    **{
+        kind: {
+            "in_channels": 3,
+            "temporal_patch_size": 2,
+            "spatial_merge_size": 2,
+            "num_position_embeddings": 2304,
+        }
+        for kind in ("qwen3_5", "qwen3_5_vision", "qwen3_5_moe", "qwen3_5_moe_vision")
+    },
 }
+
+
+#: the ``vision_config.model_type`` spellings of Qwen3.5's tower
+QWEN3_5_TOWERS = frozenset({"qwen3_5", "qwen3_5_vision", "qwen3_5_moe", "qwen3_5_moe_vision"})
 
 
 class _Fields:
@@ -109,6 +128,27 @@ def _qwen25_vl(b: Builder, v: _Fields) -> None:
     b.norm("visual.merger.ln_q", hidden, None, component="vision")
     b.linear("visual.merger.mlp.0", merged, merged, "vision", split=Split.COLUMN, layer=None, bias=True)
     b.linear("visual.merger.mlp.2", out, merged, "vision", split=Split.ROW, layer=None, bias=True)
+
+
+def _qwen3_5_vl(b: Builder, v: _Fields) -> None:
+    hidden, inter, out = v.int("hidden_size"), v.int("intermediate_size"), v.int("out_hidden_size")
+    patch, temporal = v.int("patch_size"), v.int("temporal_patch_size")
+    merged = hidden * v.int("spatial_merge_size") ** 2
+    t = "model.visual"
+    b.add(f"{t}.patch_embed.proj.weight", (hidden, v.int("in_channels"), temporal, patch, patch), "vision")
+    b.add(f"{t}.patch_embed.proj.bias", (hidden,), "vision")
+    b.add(f"{t}.pos_embed.weight", (v.int("num_position_embeddings"), hidden), "vision")
+    for i in range(v.int("depth")):
+        p = f"{t}.blocks.{i}"
+        b.norm(f"{p}.norm1", hidden, None, bias=True, component="vision")
+        b.norm(f"{p}.norm2", hidden, None, bias=True, component="vision")
+        b.linear(f"{p}.attn.qkv", 3 * hidden, hidden, "vision", split=Split.COLUMN, layer=None, bias=True)
+        b.linear(f"{p}.attn.proj", hidden, hidden, "vision", split=Split.ROW, layer=None, bias=True)
+        b.linear(f"{p}.mlp.linear_fc1", inter, hidden, "vision", split=Split.COLUMN, layer=None, bias=True)
+        b.linear(f"{p}.mlp.linear_fc2", hidden, inter, "vision", split=Split.ROW, layer=None, bias=True)
+    b.norm(f"{t}.merger.norm", hidden, None, bias=True, component="vision")
+    b.linear(f"{t}.merger.linear_fc1", merged, merged, "vision", split=Split.COLUMN, layer=None, bias=True)
+    b.linear(f"{t}.merger.linear_fc2", out, merged, "vision", split=Split.ROW, layer=None, bias=True)
 
 
 def _pixtral(b: Builder, v: _Fields, text_hidden: int) -> None:
@@ -200,6 +240,8 @@ def build_vision(b: Builder, text_hidden: int) -> None:
             _siglip(b, fields, text_hidden)
         elif kind == "qwen2_5_vl":
             _qwen25_vl(b, fields)
+        elif kind in QWEN3_5_TOWERS and b.config.model_type in ("qwen3_5", "qwen3_5_moe"):
+            _qwen3_5_vl(b, fields)
         elif kind == "pixtral":
             _pixtral(b, fields, text_hidden)
         elif kind == "llama4_vision_model":

@@ -21,8 +21,6 @@ NOT_COUNTED = {
     "meta-llama__Llama-4-Scout-17B-16E-Instruct": "vision_config.intermediate_size",
     "mistralai__Mistral-Small-3.1-24B-Instruct-2503": "vision_config.intermediate_size",
     "tencent__Hunyuan-A13B-Instruct": "moe_intermediate_size",
-    "Zyphra__Zamba2-2.7B": "cannot be counted yet",
-    "moonshotai__Kimi-Linear-48B-A3B-Instruct": "cannot be counted yet",
 }
 
 

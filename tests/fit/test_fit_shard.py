@@ -1,4 +1,5 @@
-"""Weights per GPU under TP 2 and 8 for one dense, one MoE and one MLA model.
+"""Weights per GPU under TP 2 and 8 for one dense, one MoE and one MLA model, and under TP 2 for one
+hybrid with shared blocks (Zamba2).
 
 Every expected figure is worked out by hand in the comments from the config's numbers and vLLM's
 sharding rules (column/row-parallel linears divided by TP, norms and routers and
@@ -42,6 +43,20 @@ HF = Path(__file__).parent.parent / "data" / "hf"
 #   divided: 27*12,582,912 + 67,239,936 + 26*570,949,632 + 2*102400*2048 = 15,671,099,392
 #   whole: 27*1,184,256 + 26*131,072 + 2,048 = 35,384,832
 #   TP 2: 7,835,549,696 + 35,384,832 = 7,870,934,528;  TP 8: 1,958,887,424 + 35,384,832 = 1,994,272,256
+# Hybrid, Zamba2-2.7B (class defaults where the stored config is trimmed): hidden 2560, 54 Mamba 2
+# mixers (inner 5120, 80 heads, 1 group of state 64, conv 4), 9 hybrid uses of 2 shared blocks, vocab
+# 32000 (= 500 * 64), tied. vLLM's MambaMixer2 divides z, x and dt by TP and, with 1 group for 2
+# ranks, gives each rank the whole group's B and C.
+#   per mixer on a rank: input_layernorm 2560; in_proj (2560 + 2560 + 64 + 64 + 40 = 5288) x 2560 =
+#   13,537,280; conv1d (2560 + 64 + 64 = 2688) x 4 = 10,752 and its bias 2,688; dt_bias, A_log, D
+#   3*40 = 120; norm 2560; out_proj 2560 x 2560 = 6,553,600 -> 20,109,560, x54 = 1,085,916,240
+#   hybrid linear (replicated) 2560*2560, x9 = 58,982,400
+#   shared block: norms 5120 + 2560 whole; q, k, v (32 heads of 160 / 2) 3 * 2560*5120 =
+#   39,321,600; o 2560*2560 = 6,553,600; gate_up 10240*2560 = 26,214,400; down 2560*5120 =
+#   13,107,200 -> 85,204,480, x2 = 170,408,960
+#   MLP adapter per use (A and B column-parallel): 64*2560 + 10240*128 = 1,474,560, x9 = 13,271,040
+#   embedding 16000*2560 = 40,960,000; final norm 2560
+#   TP 2: 1,085,916,240 + 58,982,400 + 170,408,960 + 13,271,040 + 40,960,000 + 2,560 = 1,369,541,200
 EXPECTED = {
     ("meta-llama__Llama-3.1-8B", 2): 4_015_263_744,
     ("meta-llama__Llama-3.1-8B", 8): 1_004_015_616,
@@ -49,6 +64,7 @@ EXPECTED = {
     ("mistralai__Mixtral-8x7B-v0.1", 8): 5_838_999_552,
     ("deepseek-ai__DeepSeek-V2-Lite", 2): 7_870_934_528,
     ("deepseek-ai__DeepSeek-V2-Lite", 8): 1_994_272_256,
+    ("Zyphra__Zamba2-2.7B", 2): 1_369_541_200,
 }
 
 
