@@ -217,10 +217,10 @@ class FitReport:
 
     @property
     def loaded_params(self) -> int:
-        """Parameters the engine loads for the target: the language model, and its MTP layers
-        when they are the draft."""
+        """Parameters the engine loads for the target: the language model, its vision tower
+        (vLLM loads it, as the weights per GPU count it), and its MTP layers when they are the draft."""
         mtp = self.params.by_role.get("mtp", 0) if self.draft == MTP else 0
-        return self.params.language_model + mtp
+        return self.params.language_model + self.params.by_role.get("vision", 0) + mtp
 
     @property
     def usable_bytes(self) -> int:

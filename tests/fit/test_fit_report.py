@@ -166,3 +166,13 @@ def test_the_package_level_function_and_options_object_agree() -> None:
     a = kvrules.fit(LLAMA, options=options)
     b = fit(LLAMA, None, options)
     assert a.to_dict() == b.to_dict()
+
+
+def test_the_served_parameters_hold_the_vision_tower_vllm_loads() -> None:
+    """Qwen3.5-0.8B (tests/fit/test_fit_hybrid_counts.py derives its parts by hand): language
+    model 752,393,024, MTP 20,452,864, vision tower 100,592,896. vLLM loads the language model
+    and the tower; the MTP layers only when they are the draft."""
+    qwen35 = HF / "Qwen__Qwen3.5-0.8B"
+    assert fit(qwen35, gpu="H100").to_dict()["parameters_served"] == 752_393_024 + 100_592_896
+    with_mtp = fit(qwen35, draft="mtp", gpu="H100").to_dict()["parameters_served"]
+    assert with_mtp == 752_393_024 + 100_592_896 + 20_452_864
