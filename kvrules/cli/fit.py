@@ -132,7 +132,7 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="the MoE backend of mxfp4 experts (gpt-oss), which pads them: auto (current vLLM's choice for "
         "--gpu: marlin below Hopper, triton on Hopper, flashinfer-trtllm on B200; triton with --gpu-memory); "
-        "marlin for vLLM 0.10-0.11 on Hopper",
+        "marlin for Hopper with vLLM 0.10.1 and others before triton_kernels became a dependency",
     )
     p.add_argument(
         "--vllm-line", choices=VLLM_LINES, help="compare default with this vLLM line's preset (0.33)"

@@ -23,7 +23,7 @@ from vLLM's source:
   ``quantization/mxfp4.py`` before it): the per-rank intermediate size rounded up to 64 on the
   triton path; Marlin's kernel wants ``n % 256 == 0`` and ``k % 128 == 0`` on both expert
   matrices, so it rounds the intermediate size to 128 and the hidden size to 256 (gpt-oss-120b:
-  2880 -> 2944 and 3072, 8 % more expert bytes). The padded tensors are what stays: Marlin's
+  2880 -> 2944 and 3072, 9 % more expert bytes). The padded tensors are what stays: Marlin's
   repack (``prepare_moe_fp4_layer_for_marlin`` in ``marlin_utils_fp4.py``) replaces each weight
   with a repacked one of the same bytes, its e8m0 block scales with a ``float8_e8m0fnu`` copy
   (1 byte each, permuted through a transient bf16 one) and its biases with a bf16 copy; the
@@ -88,8 +88,8 @@ def mxfp4_backend_for(arch: str | None) -> str:
     kernels on the SM100 family, the triton kernels from SM90 (Hopper), Marlin below (Ampere, Ada),
     the triton kernels on ROCm with its own padding.
 
-    vLLM 0.10 and 0.11 took Marlin on Hopper too unless ``triton_kernels`` (not a dependency
-    before vLLM PR #28788) and torch 2.8 were installed: pass ``marlin`` for those.
+    Before vLLM PR #28788 (Nov 2025; 0.10.1 among them) Hopper took Marlin too wherever
+    ``triton_kernels`` (not a dependency then) or torch 2.8 was missing: pass ``marlin`` for those.
     """
     if arch is None:
         return "triton"
