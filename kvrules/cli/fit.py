@@ -17,6 +17,7 @@ from kvrules.report.fit import render_fit
 from kvrules.report.picture import check_format, formats_text
 from kvrules.sizing.fit import DEFAULT_SETS, FitOptions, FitReport, fit
 from kvrules.sizing.gpus import catalog
+from kvrules.sizing.shard import MXFP4_BACKENDS
 
 VLLM_LINES = ("0.28", "0.33")
 
@@ -78,6 +79,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         strategies=strategy_sets(args),
         allow_assumed_sizes=args.allow_assumed_sizes,
         reader=args.hf_reader,
+        mxfp4_backend=args.mxfp4_backend,
     )
     report = fit(args.hf_config, args.draft, options, plugin_manager=pm)
     if args.picture:
@@ -123,6 +125,14 @@ def register(subparsers: Any) -> None:
         "--overhead",
         metavar="SIZE",
         help="runtime memory per GPU besides weights and KV cache, instead of the estimate",
+    )
+    p.add_argument(
+        "--mxfp4-backend",
+        choices=("auto", *MXFP4_BACKENDS),
+        default="auto",
+        help="the MoE backend of mxfp4 experts (gpt-oss), which pads them: auto (current vLLM's choice for "
+        "--gpu: marlin below Hopper, triton on Hopper, flashinfer-trtllm on B200; triton with --gpu-memory); "
+        "marlin for Hopper with vLLM 0.10.1 and others before triton_kernels became a dependency",
     )
     p.add_argument(
         "--vllm-line", choices=VLLM_LINES, help="compare default with this vLLM line's preset (0.33)"

@@ -42,7 +42,14 @@ from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.sizing.gpus import find_gpu
 from kvrules.sizing.params import ParamCount, as_config, count_params
 from kvrules.sizing.runtime import RuntimeEstimate, ServingSettings, estimate_runtime, serve_defaults
-from kvrules.sizing.shard import ShardedWeights, ShardOptions, pp_indices, shard_weights
+from kvrules.sizing.shard import (
+    MXFP4_BACKENDS,
+    ShardedWeights,
+    ShardOptions,
+    mxfp4_backend_for,
+    pp_indices,
+    shard_weights,
+)
 from kvrules.units import format_size, parse_size
 from kvrules.values import shown
 
@@ -93,6 +100,10 @@ class FitOptions:
     :ivar allow_assumed_sizes: go on when a size field is not in the config (see the module).
     :ivar reader: how a config file is read (:data:`kvrules.hf.config.READERS`: ``auto``, the
         built-in reader for the model types it knows, ``builtin`` or ``transformers``).
+    :ivar mxfp4_backend: the MoE backend that holds mxfp4 experts (gpt-oss), one of
+        :data:`kvrules.sizing.shard.MXFP4_BACKENDS`; ``auto``: the one current vLLM picks on the
+        named GPU (:func:`kvrules.sizing.shard.mxfp4_backend_for`; ``triton``, Hopper's, for a
+        GPU given by its memory). It pads the experts, so it changes their bytes.
     """
 
     gpu: str | None = None
@@ -109,6 +120,7 @@ class FitOptions:
     strategies: tuple[str, ...] = DEFAULT_SETS
     allow_assumed_sizes: bool = False
     reader: str = "auto"
+    mxfp4_backend: str = "auto"
 
     def __post_init__(self) -> None:
         if (self.gpu is None) == (self.gpu_memory is None):
@@ -128,6 +140,10 @@ class FitOptions:
             )
         if not self.strategies or any(not isinstance(s, str) or not s for s in self.strategies):
             raise ConfigError(f"fit: strategies={shown(self.strategies)} must name at least one strategy set")
+        if self.mxfp4_backend not in ("auto", *MXFP4_BACKENDS):
+            raise ConfigError(
+                f"fit: mxfp4_backend={shown(self.mxfp4_backend)} must be auto or one of {', '.join(MXFP4_BACKENDS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -283,6 +299,7 @@ def _settings_dict(o: FitOptions) -> dict[str, Any]:
         "kv_cache_dtype": o.kv_cache_dtype,
         "enforce_eager": o.enforce_eager,
         "strategies": list(o.strategies),
+        "mxfp4_backend": o.mxfp4_backend,
     }
 
 
@@ -313,6 +330,25 @@ def _gpu(options: FitOptions) -> GPUMemory:
     if total <= 0:
         raise ConfigError(f"fit: gpu_memory={shown(options.gpu_memory)} must be more than 0 bytes")
     return GPUMemory(None, total, "given")
+
+
+def _mxfp4_backend(
+    options: FitOptions, gpu: GPUMemory, counts: Sequence[ParamCount | None]
+) -> tuple[str, tuple[str, ...]]:
+    """The mxfp4 MoE backend to size for (the one asked, else the named GPU's default) and, when
+    a checkpoint of ``counts`` has mxfp4 experts, the note saying which it is."""
+    if options.mxfp4_backend != "auto":
+        backend, why = options.mxfp4_backend, "as asked"
+    elif options.gpu is None:
+        backend, why = mxfp4_backend_for(None), "Hopper's default; the GPU is given by its memory"
+    else:
+        backend, why = mxfp4_backend_for(find_gpu(options.gpu).arch), f"current vLLM's default on {gpu.name}"
+    if not any(c is not None and c.scheme.layout == "mxfp4" for c in counts):
+        return backend, ()
+    return backend, (
+        f"mxfp4 experts padded as vLLM's {backend} MoE backend pads them ({why}); "
+        "give mxfp4_backend (--mxfp4-backend) for another",
+    )
 
 
 def _refuse_assumed(params: ParamCount, role: str, config: HFConfig) -> None:
@@ -353,10 +389,14 @@ class _Inputs:
 
 def _weights(inputs: _Inputs, options: FitOptions) -> tuple[ShardedWeights, tuple[int, ...]]:
     mtp = inputs.draft == MTP
-    target = shard_weights(inputs.config, ShardOptions(tp=options.tp, pp=options.pp, include_mtp=mtp))
+    backend = options.mxfp4_backend
+    target = shard_weights(
+        inputs.config,
+        ShardOptions(tp=options.tp, pp=options.pp, include_mtp=mtp, mxfp4_backend=backend),
+    )
     per_stage = [max(target.rank(s, t).total_bytes for t in range(options.tp)) for s in range(options.pp)]
     if isinstance(inputs.draft, HFConfig):
-        draft = shard_weights(inputs.draft, ShardOptions(tp=options.tp))
+        draft = shard_weights(inputs.draft, ShardOptions(tp=options.tp, mxfp4_backend=backend))
         per_stage[-1] += draft.max_bytes
     return target, tuple(per_stage)
 
@@ -590,6 +630,8 @@ def fit(
             )
         if not count.complete:
             notes.append(f"{role}: part of the checkpoint is not counted ({'; '.join(count.notes)})")
+    backend, said = _mxfp4_backend(opts, gpu, (params, draft_params))
+    notes.extend(said)
     tokens, seqs = serve_defaults(gpu.total_bytes, gpu.name or "")
     length = opts.max_model_len or cfg.opt_int("max_position_embeddings")
     if length is None:
@@ -601,6 +643,7 @@ def fit(
         max_model_len=length,
         max_num_batched_tokens=opts.max_num_batched_tokens or tokens,
         max_num_seqs=opts.max_num_seqs or seqs,
+        mxfp4_backend=backend,
     )
     if opts.overhead is None:
         notes.append(

@@ -1,7 +1,8 @@
 """The GPU catalog (``gpus.json``, package data): memory per GPU by name.
 
-Each entry holds the vendor's nominal capacity (GB, 10^9 bytes) and, where a published reading
-was found, the total the driver reports (MiB); both with their sources. :func:`gpu_memory`
+Each entry holds the vendor's nominal capacity (GB, 10^9 bytes), where a published reading was
+found the total the driver reports (MiB), and the compute architecture (``sm90``, ``gfx942``:
+what decides vLLM's mxfp4 MoE backend); each with its source. :func:`gpu_memory`
 answers the driver's figure when known, else the nominal one (lower, so a borderline answer errs
 towards "does not fit"), and says which it used.
 """
@@ -25,6 +26,8 @@ class GPU:
     :ivar name: the catalog name; :ivar aliases: other names it answers to.
     :ivar nominal_bytes: the vendor's capacity; :ivar nominal_source: where it is published.
     :ivar driver_bytes: the driver's reported total, or ``None``; :ivar driver_source: its source.
+    :ivar arch: the compute architecture (NVIDIA ``smXY`` for compute capability X.Y, AMD's
+        ``gfx`` target); :ivar arch_source: where it is published.
     """
 
     name: str
@@ -33,6 +36,8 @@ class GPU:
     nominal_source: str
     driver_bytes: int | None
     driver_source: str | None
+    arch: str
+    arch_source: str
 
     @property
     def memory_bytes(self) -> int:
@@ -57,6 +62,8 @@ def catalog() -> tuple[GPU, ...]:
             nominal_source=e["nominal_source"],
             driver_bytes=None if e["driver_mib"] is None else int(e["driver_mib"]) * _MIB,
             driver_source=e["driver_source"],
+            arch=e["arch"],
+            arch_source=e["arch_source"],
         )
         for e in json.loads(text)["gpus"]
     )

@@ -16,9 +16,19 @@ from vLLM's source:
 * **Routed experts** (``fused_moe/layer.py``): under TP every rank holds every expert with the
   intermediate dimension divided; with ``expert_parallel`` the experts are divided over
   ``tp * dp`` ranks (``determine_expert_map``: ``E // ep`` each, the first ``E % ep`` ranks one
-  more) and each is whole. ``mxfp4`` experts pad the intermediate size per rank
-  (``mxfp4.py``: ``round_up(I / tp, 64)`` on CUDA's default backend; 128 with Marlin, 256 on ROCm
-  and Blackwell's FlashInfer paths: :attr:`ShardOptions.mxfp4_padding`).
+  more) and each is whole.
+* **mxfp4 experts** (gpt-oss) are padded as the MoE backend needs (:data:`MXFP4_BACKENDS`,
+  :attr:`ShardOptions.mxfp4_backend`; ``fused_moe/oracle/mxfp4.py``
+  ``mxfp4_round_up_hidden_size_and_intermediate_size``, ``Mxfp4MoEMethod.create_weights`` in
+  ``quantization/mxfp4.py`` before it): the per-rank intermediate size rounded up to 64 on the
+  triton path; Marlin's kernel wants ``n % 256 == 0`` and ``k % 128 == 0`` on both expert
+  matrices, so it rounds the intermediate size to 128 and the hidden size to 256 (gpt-oss-120b:
+  2880 -> 2944 and 3072, 9 % more expert bytes). The padded tensors are what stays: Marlin's
+  repack (``prepare_moe_fp4_layer_for_marlin`` in ``marlin_utils_fp4.py``) replaces each weight
+  with a repacked one of the same bytes, its e8m0 block scales with a ``float8_e8m0fnu`` copy
+  (1 byte each, permuted through a transient bf16 one) and its biases with a bf16 copy; the
+  originals are freed. Its per-layer workspace (an int32 per SM, four times) is not counted.
+  :func:`mxfp4_backend_for` names the backend vLLM picks on a GPU.
 * **Pipeline parallelism** (``vllm/distributed/utils.py`` ``get_pp_indices``, as its tests in
   ``tests/distributed/test_pipeline_partition.py`` pin it): ``L // pp`` layers each, the
   remainder given one each to the ranks before the last, from the second-to-last backwards;
@@ -31,7 +41,8 @@ from vLLM's source:
   the target's embedding and head.
 * **Buffers** counted with the weights, because vLLM allocates them while loading: the rotary
   ``cos_sin_cache`` (``max_position_embeddings x rotary_dim`` in the model dtype, one per distinct
-  rope; Llama-3.1-8B's 32 MiB is why its log says 14.99 GiB for 14.96 GiB of weights), and MLA's
+  rope; Llama-3.1-8B's 32 MiB is why its log says 14.99 GiB for 14.96 GiB of weights; gpt-oss
+  builds its rope in float32, ``models/gpt_oss.py`` ``OAIAttention``), and MLA's
   ``W_UK_T`` / ``W_UV`` (a dequantised model-dtype copy of a quantised ``kv_b_proj``,
   ``mla_attention.py`` ``process_weights_after_loading``).
 """
@@ -41,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from kvrules.errors import ConfigError
@@ -52,6 +64,44 @@ from kvrules.sizing.weights import VOCAB_PADDING, Role, Split, Stage, Weight, We
 from kvrules.values import shown
 
 _BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+#: vLLM's mxfp4 MoE backends: the multiples each rounds the routed experts' per-rank intermediate
+#: size and their hidden size up to (``mxfp4_round_up_hidden_size_and_intermediate_size`` in
+#: ``fused_moe/oracle/mxfp4.py``; ``rocm`` is ``get_padding_alignment``'s 128 on gfx942,
+#: ``rocm-gfx950`` its 256 on gfx950)
+MXFP4_BACKENDS: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        "triton": (64, 1),
+        "marlin": (128, 256),
+        "flashinfer-trtllm": (256, 256),
+        "flashinfer-cutlass": (128, 128),
+        "rocm": (128, 128),
+        "rocm-gfx950": (256, 256),
+    }
+)
+
+
+def mxfp4_backend_for(arch: str | None) -> str:
+    """The mxfp4 MoE backend vLLM picks by default on a GPU of architecture ``arch`` (``sm90``,
+    ``sm100``, ``gfx942``, ...; ``None``: unknown, taken as Hopper), as ``select_mxfp4_moe_backend``
+    (``fused_moe/oracle/mxfp4.py``) picks it with no backend variable set: FlashInfer's TRT-LLM
+    kernels on the SM100 family, the triton kernels from SM90 (Hopper), Marlin below (Ampere, Ada),
+    the triton kernels on ROCm with its own padding.
+
+    Before vLLM PR #28788 (Nov 2025; 0.10.1 among them) Hopper took Marlin too wherever
+    ``triton_kernels`` (not a dependency then) or torch 2.8 was missing: pass ``marlin`` for those.
+    """
+    if arch is None:
+        return "triton"
+    if arch.startswith("gfx"):
+        return "rocm-gfx950" if arch == "gfx950" else "rocm"
+    digits = arch.removeprefix("sm")
+    if not digits.isdigit():
+        raise ConfigError(f"GPU architecture {arch!r} must be smNN (NVIDIA) or gfxNNN (AMD)")
+    major = int(digits) // 10
+    if major == 10:
+        return "flashinfer-trtllm"
+    return "triton" if major >= 9 else "marlin"
 
 
 def pad_vocab(vocab: int, to: int = VOCAB_PADDING) -> int:
@@ -93,7 +143,8 @@ class ShardOptions:
         ``mtp``); off: the target model alone, as vLLM loads it.
     :ivar include_vision: count the vision tower (vLLM loads it unless the model is served
         text-only).
-    :ivar mxfp4_padding: the per-rank intermediate rounding of mxfp4 experts.
+    :ivar mxfp4_backend: the MoE backend of mxfp4 experts, one of :data:`MXFP4_BACKENDS`
+        (``triton``: Hopper's in current vLLM; :func:`mxfp4_backend_for` names a GPU's).
     :ivar pp_partition: layers per PP rank (``VLLM_PP_LAYER_PARTITION``), or ``None``.
     """
 
@@ -104,16 +155,20 @@ class ShardOptions:
     dtype: str = "auto"
     include_mtp: bool = False
     include_vision: bool = True
-    mxfp4_padding: int = 64
+    mxfp4_backend: str = "triton"
     pp_partition: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "mxfp4_padding"):
+        for name in ("tp", "pp", "dp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={shown(value)} must be a positive integer")
         if self.dtype not in ("auto", *_BYTES):
             raise ConfigError(f"dtype={shown(self.dtype)} must be auto or one of {', '.join(_BYTES)}")
+        if self.mxfp4_backend not in MXFP4_BACKENDS:
+            raise ConfigError(
+                f"mxfp4_backend={shown(self.mxfp4_backend)} must be one of {', '.join(MXFP4_BACKENDS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -253,15 +308,23 @@ class _Divider:
         return base + (1 if self.tp_rank < extra else 0)
 
     def mxfp4_pad(self, w: Weight, shape: tuple[int, ...], inter: int) -> tuple[int, ...]:
-        """mxfp4 experts: the per-rank intermediate size rounded up (vLLM's ``Mxfp4MoEMethod``)."""
+        """mxfp4 experts: the per-rank intermediate size and the hidden size rounded up as the
+        backend pads them (:data:`MXFP4_BACKENDS`); ``gate_up_proj`` is ``[2I, H]``, ``down_proj``
+        ``[H, I]``, their biases ``[2I]`` and ``[H]``."""
         if self.scheme.layout != "mxfp4" or not w.experts or inter <= 0:
             return shape
+        inter_to, hidden_to = MXFP4_BACKENDS[self.opts.mxfp4_backend]
         per = inter if self.opts.expert_parallel else inter // self.tp
-        padded = -(-per // self.opts.mxfp4_padding) * self.opts.mxfp4_padding
-        if w.name.endswith(("gate_up_proj", "gate_up_proj_bias")):
-            return (2 * padded, *shape[1:])
+        padded = -(-per // inter_to) * inter_to
+        if w.name.endswith("gate_up_proj"):
+            return (2 * padded, -(-shape[1] // hidden_to) * hidden_to)
+        if w.name.endswith("gate_up_proj_bias"):
+            return (2 * padded,)
+        hidden = -(-shape[0] // hidden_to) * hidden_to
         if w.name.endswith("down_proj"):
-            return (shape[0], padded)
+            return (hidden, padded)
+        if w.name.endswith("down_proj_bias"):
+            return (hidden,)
         return shape
 
 
@@ -288,7 +351,8 @@ def _shared_with_target(w: Weight) -> bool:
 
 
 def _rope_bytes(config: HFConfig, act: int) -> int:
-    """The rotary ``cos_sin_cache``: ``max_position_embeddings x rotary_dim`` per distinct rope."""
+    """The rotary ``cos_sin_cache``: ``max_position_embeddings x rotary_dim`` per distinct rope, in
+    the model dtype (gpt-oss: float32)."""
     c = config
     if (
         c.text_model_type in ("mamba", "mamba2", "falcon_mamba", "jamba")
@@ -308,7 +372,8 @@ def _rope_bytes(config: HFConfig, act: int) -> int:
         )
     positions = c.opt_int("max_position_embeddings") or 0
     caches = 2 if c.get("rope_local_base_freq") is not None or c.text_model_type == "gemma3_text" else 1
-    return positions * dim * act * caches
+    size = 4 if c.text_model_type == "gpt_oss" else act
+    return positions * dim * size * caches
 
 
 def _mla_absorbed(w: Weight, config: HFConfig, shape: tuple[int, ...], scheme: Scheme, act: int) -> int:

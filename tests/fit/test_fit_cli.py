@@ -45,6 +45,14 @@ def test_json_has_the_documented_fields_and_embeds_plans(capsys: pytest.CaptureF
     assert all(a["plan"]["schema"] == "kvrules.plan/v2" for a in data["answers"])
 
 
+def test_mxfp4_backend_is_auto_unless_told(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["fit", "--hf-config", LLAMA, "--gpu", "L40S", "--max-model-len", "8192", "--json"]
+    code, out, _ = run(capsys, *base)
+    assert code == 0 and json.loads(out)["settings"]["mxfp4_backend"] == "marlin"  # Ada: vLLM's Marlin
+    code, out, _ = run(capsys, *base, "--mxfp4-backend", "triton")
+    assert code == 0 and json.loads(out)["settings"]["mxfp4_backend"] == "triton"
+
+
 def test_vllm_line_and_strategies_choose_the_sets(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["fit", "--hf-config", LLAMA, "--gpu", "L40S", "--max-model-len", "8192", "--json"]
     code, out, _ = run(capsys, *base, "--vllm-line", "0.28")
@@ -64,6 +72,7 @@ def test_vllm_line_and_strategies_choose_the_sets(capsys: pytest.CaptureFixture[
             "not both",
         ),
         (["--hf-config", str(HF / "Qwen__Qwen3-8B"), "--gpu", "H100"], "--allow-assumed-sizes"),
+        (["--hf-config", LLAMA, "--gpu", "H100", "--mxfp4-backend", "cutlass"], "invalid choice"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(

@@ -13,6 +13,7 @@ def test_every_entry_has_a_source_for_each_figure_it_gives() -> None:
     for gpu in catalog():
         assert gpu.nominal_source.startswith("https://"), gpu.name
         assert (gpu.driver_bytes is None) == (gpu.driver_source is None), gpu.name
+        assert gpu.arch.startswith(("sm", "gfx")) and gpu.arch_source.startswith("https://"), gpu.name
 
 
 def test_driver_figure_used_when_known() -> None:

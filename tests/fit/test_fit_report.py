@@ -4,7 +4,9 @@ report matches its schema."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -154,6 +156,7 @@ def test_a_trimmed_config_is_refused_unless_asked() -> None:
         ({"gpu": "H100", "tp": 0}, "positive integer"),
         ({"gpu": "H100", "kv_cache_dtype": "int3"}, "kv_cache_dtype"),
         ({"gpu": "H100", "strategies": ()}, "at least one strategy set"),
+        ({"gpu": "H100", "mxfp4_backend": "cutlass"}, "mxfp4_backend='cutlass' must be auto or one of"),
     ],
 )
 def test_bad_options_are_config_errors(kwargs: dict[str, object], message: str) -> None:
@@ -176,3 +179,34 @@ def test_the_served_parameters_hold_the_vision_tower_vllm_loads() -> None:
     assert fit(qwen35, gpu="H100").to_dict()["parameters_served"] == 752_393_024 + 100_592_896
     with_mtp = fit(qwen35, draft="mtp", gpu="H100").to_dict()["parameters_served"]
     assert with_mtp == 752_393_024 + 100_592_896 + 20_452_864
+
+
+def _gpt_oss_120b() -> dict[str, Any]:
+    config: dict[str, Any] = json.loads((HF / "openai__gpt-oss-120b" / "config.json").read_text())
+    # the stored file keeps only the KV fields; the published config.json has intermediate_size 2880
+    return {**config, "intermediate_size": 2880}
+
+
+def test_mxfp4_experts_are_sized_for_the_backend_vllm_picks_on_the_gpu() -> None:
+    def weights(**kwargs: Any) -> tuple[int, str, FitReport]:
+        report = fit(_gpt_oss_120b(), max_model_len=8192, strategies=("vllm-0.33",), **kwargs)
+        return report.weights_bytes_per_gpu, report.options.mxfp4_backend, report
+
+    hopper, hopper_backend, _ = weights(gpu="H100")
+    ampere, ampere_backend, report = weights(gpu="A100-80GB")
+    assert (hopper_backend, ampere_backend) == ("triton", "marlin")
+    # Marlin pads I 2880 -> 2944 and H 2880 -> 3072: 4,608 experts x (14,431,744 - 13,236,480)
+    # bytes more (tests/fit/test_fit_shard.py works out both)
+    assert ampere - hopper == 4608 * (14_431_744 - 13_236_480)
+    assert any("marlin MoE backend" in n and "A100-80GB" in n for n in report.notes)
+    assert report.to_dict()["settings"]["mxfp4_backend"] == "marlin"
+    validate(report)
+    asked, backend, _ = weights(gpu="H100", mxfp4_backend="marlin")
+    assert (asked, backend) == (ampere, "marlin")
+    by_size, backend, _ = weights(gpu_memory="80GiB")
+    assert (by_size, backend) == (hopper, "triton")
+
+
+def test_a_checkpoint_without_mxfp4_says_nothing_of_the_backend() -> None:
+    report = fit(LLAMA, gpu="A100-80GB", max_model_len=8192, strategies=("vllm-0.33",))
+    assert not any("mxfp4" in n for n in report.notes)

@@ -1,5 +1,5 @@
-"""Weights per GPU under TP 2 and 8 for one dense, one MoE and one MLA model, and under TP 2 for one
-hybrid with shared blocks (Zamba2).
+"""Weights per GPU under TP 2 and 8 for one dense, one MoE and one MLA model, under TP 2 for one
+hybrid with shared blocks (Zamba2), and gpt-oss's mxfp4 experts as each vLLM MoE backend pads them.
 
 Every expected figure is worked out by hand in the comments from the config's numbers and vLLM's
 sharding rules (column/row-parallel linears divided by TP, norms and routers and
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvrules.sizing.shard import shard_weights
+from kvrules.errors import ConfigError
+from kvrules.sizing.shard import mxfp4_backend_for, shard_weights
 
 HF = Path(__file__).parent.parent / "data" / "hf"
 
@@ -89,3 +90,70 @@ def test_llama_rope_cache_counted_with_the_weights() -> None:
     # cos_sin_cache: max_position_embeddings 131072 * rotary dim 128 * 2 bytes = 33,554,432
     rank = shard_weights(_config("meta-llama__Llama-3.1-8B"), tp=2).rank(0, 0)
     assert rank.buffer_bytes == 33_554_432
+
+
+# gpt-oss-120b's mxfp4 experts: hidden H 2880, intermediate I 2880, 36 layers of 128 experts.
+# Per expert and rank, with I' = I / tp rounded up to the backend's multiple and H' = H rounded up
+# to its own: gate_up blocks 2I' x H'/2 bytes (two fp4 values a byte) and scales 2I' x H'/32 (one
+# e8m0 byte per 32 values); down blocks H' x I'/2 and scales H' x I'/32; biases 2I' and H' in bf16.
+#   triton (I' to 64, H whole), TP 1: I' 2880 (45 * 64), H' 2880
+#     5760*1440 + 5760*90 + 5760*2 + 2880*1440 + 2880*90 + 2880*2 = 13,236,480 per expert
+#   marlin (I' to 128, H' to 256), TP 1: I' 2944, H' 3072
+#     5888*1536 + 5888*96 + 5888*2 + 3072*1472 + 3072*92 + 3072*2 = 14,431,744 per expert
+#   triton, TP 2: I' 1440 -> 1472 (23 * 64), H' 2880
+#     2944*1440 + 2944*90 + 2944*2 + 2880*736 + 2880*46 + 2880*2 = 6,768,128 per expert
+#   marlin, TP 2: I' 1440 -> 1536 (12 * 128), H' 3072
+#     3072*1536 + 3072*96 + 3072*2 + 3072*768 + 3072*48 + 3072*2 = 7,532,544 per expert
+# times 36 * 128 = 4,608 experts per rank (every rank holds every expert under TP).
+GPT_OSS_EXPERTS = {
+    ("triton", 1): 4608 * 13_236_480,
+    ("marlin", 1): 4608 * 14_431_744,
+    ("triton", 2): 4608 * 6_768_128,
+    ("marlin", 2): 4608 * 7_532_544,
+}
+
+
+def _gpt_oss() -> dict[str, Any]:
+    config = _config("openai__gpt-oss-120b")
+    # the stored file keeps only the KV fields; the published config.json has intermediate_size 2880
+    config["intermediate_size"] = 2880
+    return config
+
+
+@pytest.mark.parametrize(("backend", "tp"), sorted(GPT_OSS_EXPERTS))
+def test_mxfp4_experts_padded_as_the_backend_pads_them(backend: str, tp: int) -> None:
+    sharded = shard_weights(_gpt_oss(), tp=tp, mxfp4_backend=backend)
+    for rank in sharded.ranks:
+        assert rank.by_component["experts"] == GPT_OSS_EXPERTS[backend, tp]
+
+
+def test_gpt_oss_rope_cache_is_float32() -> None:
+    # vLLM's gpt_oss.py builds its yarn rope with dtype=torch.float32: 131072 positions * 64 * 4 bytes
+    assert shard_weights(_gpt_oss()).rank().by_component["rope_cache"] == 33_554_432
+
+
+def test_unknown_mxfp4_backend_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"mxfp4_backend='cutlass' must be one of triton, marlin"):
+        shard_weights(_gpt_oss(), mxfp4_backend="cutlass")
+
+
+@pytest.mark.parametrize(
+    ("arch", "backend"),
+    [
+        ("sm80", "marlin"),
+        ("sm86", "marlin"),
+        ("sm89", "marlin"),
+        ("sm90", "triton"),
+        ("sm100", "flashinfer-trtllm"),
+        ("gfx942", "rocm"),
+        ("gfx950", "rocm-gfx950"),
+        (None, "triton"),
+    ],
+)
+def test_the_backend_vllm_picks_on_each_architecture(arch: str | None, backend: str) -> None:
+    assert mxfp4_backend_for(arch) == backend
+
+
+def test_an_unreadable_architecture_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"'hopper' must be smNN"):
+        mxfp4_backend_for("hopper")
