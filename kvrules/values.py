@@ -96,32 +96,6 @@ def as_optional_int(
     return None if value is None else as_int(value, what, minimum=minimum, maximum=maximum, error=error)
 
 
-def as_number(
-    value: Any,
-    what: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    error: type[KVRulesError] = SpecError,
-) -> int | float | Fraction:
-    """``value`` as a finite number within ``[minimum, maximum]`` (ints stay ints)."""
-    if isinstance(value, (bool, str, bytes)) or value is None:
-        raise _fail(error, what, value, _range_text("a number", minimum, maximum))
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _fail(error, what, value, _range_text("a finite number", minimum, maximum))
-    number: int | float | Fraction
-    if isinstance(value, (float, Fraction)):
-        number = value
-    else:
-        try:
-            number = operator.index(value)
-        except TypeError:
-            raise _fail(error, what, value, _range_text("a number", minimum, maximum)) from None
-    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-        raise _fail(error, what, number, _range_text("a number", minimum, maximum))
-    return number
-
-
 def as_name(value: Any, what: str, *, error: type[KVRulesError] = SpecError) -> str:
     """``value`` as a non-empty name that can be written as UTF-8."""
     if not isinstance(value, str) or not value:
@@ -178,7 +152,6 @@ __all__ = [
     "as_bytes",
     "as_int",
     "as_name",
-    "as_number",
     "as_optional_int",
     "shown",
 ]

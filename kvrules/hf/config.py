@@ -54,7 +54,7 @@ _Accessor = TypeVar("_Accessor", bound=Callable[..., Any])
 
 #: the accessors of :class:`HFConfig` whose first argument names the field (or fields) asked for:
 #: on a tracked config (:attr:`HFConfig.reads` a set) each call records them
-ACCESSORS = ("get", "has", "integer", "opt_int", "first_int", "number", "string", "sequence", "flag")
+ACCESSORS = ("get", "has", "integer", "opt_int", "number", "string", "sequence", "flag")
 
 
 def recorded(method: _Accessor) -> _Accessor:
@@ -478,24 +478,6 @@ class HFConfig:
         if self.get(key) is None:
             return None
         return self.integer(key, minimum=minimum, maximum=maximum)
-
-    @recorded
-    def first_int(
-        self,
-        keys: Sequence[str],
-        default: Any = _MISSING,
-        *,
-        minimum: int = 1,
-        maximum: int | None = None,
-        why: str = "",
-    ) -> int:
-        """The first of ``keys`` that is present, as an integer (the error names the first key)."""
-        for key in keys:
-            if self.get(key) is not None:
-                return self.integer(key, minimum=minimum, maximum=maximum)
-        if default is _MISSING:
-            raise self.missing(keys[0], why or f"or any of {', '.join(keys[1:])}")
-        return int(default)
 
     @recorded
     def number(

@@ -34,9 +34,6 @@ from typing import Any
 from kvrules.errors import KVRulesError, ModelFileError
 from kvrules.hf.defaults import CACHE_FIELDS, REMOTE_CODE_MODEL_TYPES
 
-#: what the ``kvrules[hf]`` extra pins (vLLM 0.33's range)
-SUPPORTED_RANGE = ">=5.16.1,<5.21"
-
 _FIELD_ERROR = re.compile(r"Validation error for field '([^']+)'")
 _VALIDATOR = re.compile(r"validator '(?:validate_)?([^']+)'")
 _NAMED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`|'([A-Za-z_][A-Za-z0-9_]*)'")
@@ -235,7 +232,6 @@ def read_with_transformers(cls: Any, data: Mapping[str, Any], source: str, where
 
 
 __all__ = [
-    "SUPPORTED_RANGE",
     "TransformersReading",
     "as_model_file_error",
     "read_with_transformers",

@@ -187,11 +187,6 @@ def reset() -> None:
 
 
 # -- grouping ------------------------------------------------------------------------------------
-def plan_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]) -> Grouping:
-    """kvrules' grouping of vLLM's specs (route, unify or fall back, partition, group)."""
-    return _grouping(st, vllm_config, kv_cache_spec)[0]
-
-
 def _grouping(
     st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]
 ) -> tuple[Grouping, dict[str, KVCacheSpec]]:
@@ -584,7 +579,6 @@ __all__ = [
     "get_kv_cache_config_from_groups",
     "get_kv_cache_groups",
     "parse_strategies",
-    "plan_groups",
     "pool_bytes_per_block",
     "refuse_unplanned",
     "remember_vllm_hook",

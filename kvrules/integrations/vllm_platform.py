@@ -203,18 +203,11 @@ def restore_platform_hook(platform_cls: type | None = None) -> None:
         remember_vllm_hook(None)
 
 
-def hook_is_set(platform_cls: type) -> bool:
-    """Whether :func:`set_platform_hook` set ``platform_cls``'s hook."""
-    with _lock:
-        return platform_cls in _saved
-
-
 __all__ = [
     "HOOK_NAME",
     "KVRulesPlatformMixin",
     "LINE_PRESETS",
     "current_platform_class",
-    "hook_is_set",
     "line_preset",
     "restore_platform_hook",
     "set_platform_hook",

@@ -497,7 +497,7 @@ def test_the_reading_happens_once(monkeypatch: pytest.MonkeyPatch) -> None:
 #: fields the architectures read that do not shape the cache (identity, dtypes, encoder flags)
 NOT_CACHE_FIELDS = frozenset({"is_encoder_decoder", "torch_dtype", "dtype", "model_type", "architectures"})
 _ACCESS = re.compile(
-    r"\b(?:config|cfg|dcfg)\.(?:integer|opt_int|number|flag|string|sequence|get|has|raw|given|first_int|first_present)"
+    r"\b(?:config|cfg|dcfg)\.(?:integer|opt_int|number|flag|string|sequence|get|has|raw|given|first_present)"
     r"\(\s*(\(?[^)]*)"
 )
 
