@@ -155,52 +155,20 @@ class Attention:
 
 def attention(b: Builder, prefix: str, layer: int, a: Attention) -> None:
     """q/k/v/o projections (vLLM's ``QKVParallelLinear`` + ``RowParallelLinear``) and QK norms."""
-    q_rows = a.heads * a.head_dim * a.q_rows_factor
-    b.linear(
-        f"{prefix}.q_proj",
-        q_rows,
-        a.hidden,
-        "attention",
-        split=Split.COLUMN,
-        layer=layer,
-        bias=a.qkv_bias,
-        heads=a.heads,
-    )
-    for name in ("k_proj", "v_proj"):
+    q_width, kv_width = a.heads * a.head_dim, a.kv_heads * a.head_dim
+    for name, rows, cols, split, bias, heads in (
+        ("q_proj", q_width * a.q_rows_factor, a.hidden, Split.COLUMN, a.qkv_bias, a.heads),
+        ("k_proj", kv_width, a.hidden, Split.HEADS, a.qkv_bias, a.kv_heads),
+        ("v_proj", kv_width, a.hidden, Split.HEADS, a.qkv_bias, a.kv_heads),
+        (a.o_name, a.hidden, q_width, Split.ROW, a.o_bias, a.heads),
+    ):
         b.linear(
-            f"{prefix}.{name}",
-            a.kv_heads * a.head_dim,
-            a.hidden,
-            "attention",
-            split=Split.HEADS,
-            layer=layer,
-            bias=a.qkv_bias,
-            heads=a.kv_heads,
+            f"{prefix}.{name}", rows, cols, "attention", split=split, layer=layer, bias=bias, heads=heads
         )
-    b.linear(
-        f"{prefix}.{a.o_name}",
-        a.hidden,
-        a.heads * a.head_dim,
-        "attention",
-        split=Split.ROW,
-        layer=layer,
-        bias=a.o_bias,
-        heads=a.heads,
-    )
-    if a.qk_norm == "head":
-        b.norm(f"{prefix}.{a.q_norm_name}", a.head_dim, layer, bias=a.norm_bias, component="attention")
-        b.norm(f"{prefix}.{a.k_norm_name}", a.head_dim, layer, bias=a.norm_bias, component="attention")
-    elif a.qk_norm == "full":
-        b.norm(
-            f"{prefix}.{a.q_norm_name}", a.heads * a.head_dim, layer, bias=a.norm_bias, component="attention"
-        )
-        b.norm(
-            f"{prefix}.{a.k_norm_name}",
-            a.kv_heads * a.head_dim,
-            layer,
-            bias=a.norm_bias,
-            component="attention",
-        )
+    norms = {"head": (a.head_dim, a.head_dim), "full": (q_width, kv_width)}
+    if a.qk_norm in norms:
+        for name, width in zip((a.q_norm_name, a.k_norm_name), norms[a.qk_norm], strict=True):
+            b.norm(f"{prefix}.{name}", width, layer, bias=a.norm_bias, component="attention")
 
 
 def gated_mlp(
@@ -236,23 +204,14 @@ def experts(
     """``count`` routed experts stacked (vLLM's ``FusedMoE``: under TP every rank holds every
     expert with its intermediate dimension divided; under EP each rank holds whole experts)."""
     gate, up, down = names
-    stacked = f"{prefix}.*"
-    b.linear(
-        f"{stacked}.{gate}",
-        inter,
-        hidden,
-        "experts",
-        split=Split.COLUMN,
-        layer=layer,
-        experts=count,
-        bias=bias,
-    )
-    b.linear(
-        f"{stacked}.{up}", inter, hidden, "experts", split=Split.COLUMN, layer=layer, experts=count, bias=bias
-    )
-    b.linear(
-        f"{stacked}.{down}", hidden, inter, "experts", split=Split.ROW, layer=layer, experts=count, bias=bias
-    )
+    for name, rows, cols, split in (
+        (gate, inter, hidden, Split.COLUMN),
+        (up, inter, hidden, Split.COLUMN),
+        (down, hidden, inter, Split.ROW),
+    ):
+        b.linear(
+            f"{prefix}.*.{name}", rows, cols, "experts", split=split, layer=layer, experts=count, bias=bias
+        )
 
 
 def router(b: Builder, name: str, layer: int, hidden: int, count: int, *, bias: bool = False) -> None:
