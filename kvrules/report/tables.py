@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from kvrules.plan import Plan
 from kvrules.plugin.presets import StrategySet, presets_of
@@ -108,98 +109,87 @@ def render_plan(plan: Plan, title: str) -> str:
 
 
 def render_rules(registries: Registries, active: StrategySet) -> str:
-    """Every registered rule with kind, priority, provider, whether active, and description."""
+    """Every registered rule with kind, priority, provider, whether active, and description; then
+    the presets, spec types, allocators, view layouts and architectures."""
     active_names = set(active.names())
     rules = sorted(registries.rules.rules.values(), key=lambda r: (r.kind, r.sort_key))
-    rows = [
-        [
-            r.name,
-            r.kind,
-            r.priority,
-            "yes" if r.name in active_names else "no",
-            registries.rules.providers[r.name],
-            r.description,
-        ]
-        for r in rules
-    ]
-    out = [
-        f"rules (active = in strategy set {active.name!r}):",
-        table(["name", "kind", "priority", "active", "provider", "description"], rows),
-    ]
-    out.append("")
-    out.append("presets:")
-    presets = [["default", "every rule marked default (built-ins and installed plugins)"]]
-    presets += [[n, ", ".join(names)] for n, names in sorted(presets_of(registries.rules).items())]
-    out.append(table(["name", "rules"], presets))
-    out.append("")
-    out.append("spec types:")
-    out.append(
-        table(
-            ["name", "class", "provider", "description"],
+    allocators = registries.allocators
+    sections: list[tuple[str, list[str], list[list[Any]]]] = [
+        (
+            f"rules (active = in strategy set {active.name!r}):",
+            ["name", "kind", "priority", "active", "provider", "description"],
             [
                 [
-                    name,
-                    cls.__name__,
-                    registries.spec_types.providers[name],
-                    (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
+                    r.name,
+                    r.kind,
+                    r.priority,
+                    _yes(r.name in active_names),
+                    registries.rules.providers[r.name],
+                    r.description,
                 ]
+                for r in rules
+            ],
+        ),
+        (
+            "presets:",
+            ["name", "rules"],
+            [["default", "every rule marked default (built-ins and installed plugins)"]]
+            + [[n, ", ".join(names)] for n, names in sorted(presets_of(registries.rules).items())],
+        ),
+        (
+            "spec types:",
+            ["name", "class", "provider", "description"],
+            [
+                [name, cls.__name__, registries.spec_types.providers[name], _first_line(cls.__doc__)]
                 for name, cls in sorted(registries.spec_types.classes.items())
             ],
-        )
-    )
-    if registries.allocators.items:
-        out.append("")
-        out.append("allocators:")
-        out.append(
-            table(
-                ["name", "priority", "provider", "description"],
+        ),
+        (
+            "allocators:",
+            ["name", "priority", "provider", "description"],
+            [[a.name, a.priority, allocators.providers[a.name], _described(a)] for a in allocators.ordered()],
+        ),
+        (
+            "view layouts (allocation):",
+            ["name", "priority", "default", "provider", "description"],
+            [
                 [
-                    [
-                        a.name,
-                        a.priority,
-                        registries.allocators.providers[a.name],
-                        getattr(a, "description", ""),
-                    ]
-                    for a in registries.allocators.ordered()
-                ],
-            )
-        )
-    view_layouts = registries.allocators.ordered_view_layouts()
-    if view_layouts:
-        providers = registries.allocators.view_layout_providers
-        out.append("")
-        out.append("view layouts (allocation):")
-        out.append(
-            table(
-                ["name", "priority", "default", "provider", "description"],
+                    v.name,
+                    v.priority,
+                    _yes(getattr(v, "default", False)),
+                    allocators.view_layout_providers[v.name],
+                    _described(v),
+                ]
+                for v in allocators.ordered_view_layouts()
+            ],
+        ),
+        (
+            "architectures (Hugging Face configs, asked in this order):",
+            ["name", "priority", "model types", "provider", "description"],
+            [
                 [
-                    [
-                        v.name,
-                        v.priority,
-                        "yes" if getattr(v, "default", False) else "no",
-                        providers[v.name],
-                        getattr(v, "description", ""),
-                    ]
-                    for v in view_layouts
-                ],
-            )
-        )
-    if registries.architectures.items:
-        out.append("")
-        out.append("architectures (Hugging Face configs, asked in this order):")
-        out.append(
-            table(
-                ["name", "priority", "model types", "provider", "description"],
-                [
-                    [
-                        a.name,
-                        a.priority,
-                        ", ".join(getattr(a, "model_types", ())),
-                        registries.architectures.providers[a.name],
-                        getattr(a, "description", ""),
-                    ]
-                    for a in registries.architectures.ordered()
-                ],
-            )
-        )
-    return "\n".join(out)
+                    a.name,
+                    a.priority,
+                    ", ".join(getattr(a, "model_types", ())),
+                    registries.architectures.providers[a.name],
+                    _described(a),
+                ]
+                for a in registries.architectures.ordered()
+            ],
+        ),
+    ]
+    # the first three sections always stand; the others only when something is registered
+    shown_sections = [s for k, s in enumerate(sections) if k < 3 or s[2]]
+    return "\n\n".join(f"{title}\n{table(headers, rows)}" for title, headers, rows in shown_sections)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _first_line(doc: str | None) -> str:
+    return doc.strip().splitlines()[0] if doc and doc.strip() else ""
+
+
+def _described(obj: object) -> str:
+    return str(getattr(obj, "description", ""))
