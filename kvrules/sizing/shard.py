@@ -96,7 +96,7 @@ MXFP4_BACKENDS: Mapping[str, tuple[int, int]] = MappingProxyType(
 #: bytes per element of the mxfp4 experts' biases as each backend keeps them: float32 where
 #: ``process_weights_after_loading`` (``quantization/mxfp4.py``, vLLM 0.14) converts them
 #: (``triton``; ``flashinfer-trtllm``; ROCm, which takes the triton path), the checkpoint's bf16
-#: otherwise (Marlin's ``marlin_permute_bias``, the CUTLASS path's ``.to(torch.bfloat16)``)
+#: otherwise (Marlin's ``prepare_moe_fp4_layer_for_marlin``, the CUTLASS path's ``.to(torch.bfloat16)``)
 MXFP4_BIAS_BYTES: Mapping[str, int] = MappingProxyType(
     {
         "triton": 4,
