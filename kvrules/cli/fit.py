@@ -130,7 +130,7 @@ def register(subparsers: Any) -> None:
         "--mxfp4-backend",
         choices=("auto", *MXFP4_BACKENDS),
         default="auto",
-        help="the MoE backend of mxfp4 experts (gpt-oss), which pads them: auto (current vLLM's choice for "
+        help="the MoE backend of mxfp4 experts (gpt-oss), which pads and stores them: auto (current vLLM's choice for "
         "--gpu: marlin below Hopper, triton on Hopper, flashinfer-trtllm on B200; triton with --gpu-memory); "
         "marlin for Hopper with vLLM 0.10.1 and others before triton_kernels became a dependency",
     )

@@ -346,7 +346,7 @@ def _mxfp4_backend(
     if not any(c is not None and c.scheme.layout == "mxfp4" for c in counts):
         return backend, ()
     return backend, (
-        f"mxfp4 experts padded as vLLM's {backend} MoE backend pads them ({why}); "
+        f"mxfp4 experts padded and stored as vLLM's {backend} MoE backend keeps them ({why}); "
         "give mxfp4_backend (--mxfp4-backend) for another",
     )
 

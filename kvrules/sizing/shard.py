@@ -28,6 +28,18 @@ from vLLM's source:
   with a repacked one of the same bytes, its e8m0 block scales with a ``float8_e8m0fnu`` copy
   (1 byte each, permuted through a transient bf16 one) and its biases with a bf16 copy; the
   originals are freed. Its per-layer workspace (an int32 per SM, four times) is not counted.
+  The triton path (``Mxfp4MoEMethod.process_weights_after_loading``, ``_swizzle_mxfp4`` in
+  ``utils/mxfp4_utils.py``, vLLM 0.14) keeps more than it pads (:data:`MXFP4_TRITON_PADS`): it
+  turns the biases to float32; it replaces each weight with ``triton_kernels``' Hopper value
+  layout (``HopperMXValueLayout``: rows padded to 16 and packed bytes to 32, then bit-twiddled
+  in place of as many bytes) and frees the original; but it leaves the uint8 block scales
+  registered on the layer while their swizzled copy (``HopperMXScaleLayout``: rows padded to
+  ``2 * num_warps * 2 * 8`` = 256, scale columns to 2) lives in the method's
+  ``PrecisionConfig``, so the scales are held twice (gpt-oss-120b on one GPU: 3.46 GiB for the
+  copy, 0.07 GiB for the float32 biases). Blackwell's triton layouts are not modelled.
+  FlashInfer's TRT-LLM path and the ROCm triton path keep the biases in float32 too
+  (:data:`MXFP4_BIAS_BYTES`); ROCm's strided layouts are views of the originals, and gfx950's
+  scale copy is not counted.
   :func:`mxfp4_backend_for` names the backend vLLM picks on a GPU.
 * **Pipeline parallelism** (``vllm/distributed/utils.py`` ``get_pp_indices``, as its tests in
   ``tests/distributed/test_pipeline_partition.py`` pin it): ``L // pp`` layers each, the
@@ -79,6 +91,33 @@ MXFP4_BACKENDS: Mapping[str, tuple[int, int]] = MappingProxyType(
         "rocm-gfx950": (256, 256),
     }
 )
+
+
+#: bytes per element of the mxfp4 experts' biases as each backend keeps them: float32 where
+#: ``process_weights_after_loading`` (``quantization/mxfp4.py``, vLLM 0.14) converts them
+#: (``triton``; ``flashinfer-trtllm``; ROCm, which takes the triton path), the checkpoint's bf16
+#: otherwise (Marlin's ``prepare_moe_fp4_layer_for_marlin``, the CUTLASS path's ``.to(torch.bfloat16)``)
+MXFP4_BIAS_BYTES: Mapping[str, int] = MappingProxyType(
+    {
+        "triton": 4,
+        "marlin": 2,
+        "flashinfer-trtllm": 4,
+        "flashinfer-cutlass": 2,
+        "rocm": 4,
+        "rocm-gfx950": 4,
+    }
+)
+
+#: the ``triton`` backend's stored layouts, as ``(rows, columns)`` multiples of one expert's
+#: ``[out, in]`` matrix: ``value`` the packed fp4 bytes (``in / 2`` columns) in ``triton_kernels``'
+#: ``HopperMXValueLayout`` (its pack of 2 * 4 * 2 rows and 4 * 2 * 4 bytes for mma v3), ``scale``
+#: the swizzled e8m0 copy (``in / 32`` columns) in ``HopperMXScaleLayout`` with vLLM's
+#: ``num_warps`` 8 (4 only under the batched pplx / DeepEP low-latency kernels, not modelled)
+MXFP4_TRITON_PADS: Mapping[str, tuple[int, int]] = MappingProxyType({"value": (16, 32), "scale": (256, 2)})
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
 
 
 def mxfp4_backend_for(arch: str | None) -> str:
@@ -327,6 +366,28 @@ class _Divider:
             return (hidden,)
         return shape
 
+    def mxfp4_stored(self, w: Weight, shape: tuple[int, ...], act: int) -> int | None:
+        """Bytes of one copy of an mxfp4 expert tensor (``shape``: padded, per rank) as the
+        backend holds it after loading; ``None`` for any other tensor. ``triton``: the weight in
+        its Hopper value layout, the checkpoint's scales and their swizzled copy; the biases at
+        :data:`MXFP4_BIAS_BYTES`."""
+        if self.scheme.layout != "mxfp4" or not w.experts:
+            return None
+        backend = self.opts.mxfp4_backend
+        if not self.scheme.applies(w):
+            if w.name.endswith(("gate_up_proj_bias", "down_proj_bias")):
+                return shape[0] * MXFP4_BIAS_BYTES[backend]
+            return None
+        out, inp = shape
+        if backend != "triton":
+            return self.scheme.memory_bytes(out, inp, act)
+        value_rows, value_cols = MXFP4_TRITON_PADS["value"]
+        scale_rows, scale_cols = MXFP4_TRITON_PADS["scale"]
+        groups = -(-inp // 32)
+        value = _round_up(out, value_rows) * _round_up(inp // 2, value_cols)
+        swizzled = _round_up(out, scale_rows) * _round_up(groups, scale_cols)
+        return value + out * groups + swizzled
+
 
 def _present(
     w: Weight, table: WeightTable, opts: ShardOptions, pp_rank: int, layers: tuple[int, int]
@@ -444,7 +505,10 @@ def _rank(
         n = 1
         for d in shape:
             n *= d
-        if scheme.applies(w):
+        stored = div.mxfp4_stored(w, shape, act)
+        if stored is not None:
+            nbytes = stored * copies
+        elif scheme.applies(w):
             nbytes = scheme.memory_bytes(shape[0], shape[1], act) * copies
         else:
             nbytes = n * act * copies

@@ -1,5 +1,5 @@
 """Weights per GPU under TP 2 and 8 for one dense, one MoE and one MLA model, under TP 2 for one
-hybrid with shared blocks (Zamba2), and gpt-oss's mxfp4 experts as each vLLM MoE backend pads them.
+hybrid with shared blocks (Zamba2), and gpt-oss's mxfp4 experts as each vLLM MoE backend pads and stores them.
 
 Every expected figure is worked out by hand in the comments from the config's numbers and vLLM's
 sharding rules (column/row-parallel linears divided by TP, norms and routers and
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kvrules.errors import ConfigError
-from kvrules.sizing.shard import mxfp4_backend_for, shard_weights
+from kvrules.sizing.shard import MXFP4_BACKENDS, MXFP4_BIAS_BYTES, mxfp4_backend_for, shard_weights
 
 HF = Path(__file__).parent.parent / "data" / "hf"
 
@@ -95,21 +95,30 @@ def test_llama_rope_cache_counted_with_the_weights() -> None:
 # gpt-oss-120b's mxfp4 experts: hidden H 2880, intermediate I 2880, 36 layers of 128 experts.
 # Per expert and rank, with I' = I / tp rounded up to the backend's multiple and H' = H rounded up
 # to its own: gate_up blocks 2I' x H'/2 bytes (two fp4 values a byte) and scales 2I' x H'/32 (one
-# e8m0 byte per 32 values); down blocks H' x I'/2 and scales H' x I'/32; biases 2I' and H' in bf16.
+# e8m0 byte per 32 values); down blocks H' x I'/2 and scales H' x I'/32; biases 2I' and H', in
+# bf16 (Marlin, CUTLASS) or float32 (triton, TRT-LLM: process_weights_after_loading converts them).
+# triton also keeps each scale tensor twice: the checkpoint's stays on the layer beside
+# triton_kernels' swizzled copy, whose rows are padded to 256 and columns to 2 (its blocks, in the
+# Hopper value layout, pad rows to 16 and bytes to 32: nothing for these sizes).
 #   triton (I' to 64, H whole), TP 1: I' 2880 (45 * 64), H' 2880
-#     5760*1440 + 5760*90 + 5760*2 + 2880*1440 + 2880*90 + 2880*2 = 13,236,480 per expert
+#     gate_up 5760*1440 + 5760*90 + 5888*90 (5760 -> 23 * 256) + 5760*4
+#     down    2880*1440 + 2880*90 + 3072*90 (2880 -> 12 * 256) + 2880*4 = 14,060,160 per expert
 #   marlin (I' to 128, H' to 256), TP 1: I' 2944, H' 3072
 #     5888*1536 + 5888*96 + 5888*2 + 3072*1472 + 3072*92 + 3072*2 = 14,431,744 per expert
 #   triton, TP 2: I' 1440 -> 1472 (23 * 64), H' 2880
-#     2944*1440 + 2944*90 + 2944*2 + 2880*736 + 2880*46 + 2880*2 = 6,768,128 per expert
+#     gate_up 2944*1440 + 2944*90 + 3072*90 (2944 -> 12 * 256) + 2944*4
+#     down    2880*736 + 2880*46 + 3072*46 + 2880*4 = 7,197,568 per expert
 #   marlin, TP 2: I' 1440 -> 1536 (12 * 128), H' 3072
 #     3072*1536 + 3072*96 + 3072*2 + 3072*768 + 3072*48 + 3072*2 = 7,532,544 per expert
+#   flashinfer-trtllm (I' and H' to 256), TP 1: I' 3072, H' 3072
+#     6144*1536 + 6144*96 + 6144*4 + 3072*1536 + 3072*96 + 3072*4 = 15,077,376 per expert
 # times 36 * 128 = 4,608 experts per rank (every rank holds every expert under TP).
 GPT_OSS_EXPERTS = {
-    ("triton", 1): 4608 * 13_236_480,
+    ("triton", 1): 4608 * 14_060_160,
     ("marlin", 1): 4608 * 14_431_744,
-    ("triton", 2): 4608 * 6_768_128,
+    ("triton", 2): 4608 * 7_197_568,
     ("marlin", 2): 4608 * 7_532_544,
+    ("flashinfer-trtllm", 1): 4608 * 15_077_376,
 }
 
 
@@ -125,6 +134,21 @@ def test_mxfp4_experts_padded_as_the_backend_pads_them(backend: str, tp: int) ->
     sharded = shard_weights(_gpt_oss(), tp=tp, mxfp4_backend=backend)
     for rank in sharded.ranks:
         assert rank.by_component["experts"] == GPT_OSS_EXPERTS[backend, tp]
+
+
+def test_triton_holds_the_scales_twice_and_the_biases_in_float32() -> None:
+    # against the checkpoint's bytes (blocks, one scale tensor, bf16 biases) at TP 1, per expert:
+    # the swizzled scales 5888*90 + 3072*90 = 806,400 and the biases' two more bytes
+    # (5760 + 2880) * 2 = 17,280; 4,608 experts: 3,795,517,440 bytes (3.53 GiB)
+    triton = shard_weights(_gpt_oss(), mxfp4_backend="triton").rank()
+    checkpoint = 4608 * (5760 * 1440 + 5760 * 90 + 5760 * 2 + 2880 * 1440 + 2880 * 90 + 2880 * 2)
+    assert triton.by_component["experts"] - checkpoint == 4608 * (806_400 + 17_280) == 3_795_517_440
+    # the whole GPU, worked out by hand in tests/fit/test_runtime_logs.py against vllm#33155
+    assert triton.total_bytes == 69_077_887_616
+
+
+def test_every_mxfp4_backend_says_how_it_keeps_the_biases() -> None:
+    assert set(MXFP4_BIAS_BYTES) == set(MXFP4_BACKENDS)
 
 
 def test_gpt_oss_rope_cache_is_float32() -> None:

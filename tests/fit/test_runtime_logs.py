@@ -98,6 +98,31 @@ WEIGHTS_ONLY: dict[str, dict[str, Any]] = {
         },
         "fit": {"mxfp4_backend": "marlin"},
     },
+    # gpt-oss-120b on one H100, vLLM 0.14.1, "Using Triton backend" (triton_kernels' matmul_ogs).
+    # Weights only: the log found ends before the profile and prints no GPU total. By hand (vLLM
+    # 0.14's Mxfp4MoEMethod: create_weights rounds I to 64, 2880 stays; process_weights_after_loading
+    # turns both biases to float32, swaps each weight for triton_kernels' Hopper value layout of as
+    # many bytes (rows to 16, packed bytes to 32: no padding here) and frees it, but leaves the
+    # uint8 scales registered on the layer while their HopperMXScaleLayout copy, rows padded to
+    # 2 * 8 warps * 2 * 8 = 256, lives in the method's PrecisionConfig):
+    #   per expert: gate_up 5760 x 1440 blocks + 5760 x 90 scales + 5888 x 90 swizzled scales
+    #   (5760 -> 23 x 256) + 5760 x 4 bias bytes, down 2880 x 1440 + 2880 x 90 + 3072 x 90
+    #   (2880 -> 12 x 256) + 2880 x 4 = 14,060,160; x 128 experts x 36 layers = 64,789,217,280
+    #   (the checkpoint's 60,993,699,840, plus 3,715,891,200 of swizzled scales and 79,626,240 of
+    #   wider biases)
+    #   bf16 rest and float32 rope cache as for vllm#23278 above: 4,288,670,336
+    #   total 69,077,887,616 bytes = 64.334 GiB against 64.38 logged (64.375-64.385 before
+    #   rounding): 0.041-0.051 GiB (42-52 MiB, 1.2-1.4 MiB a layer) unexplained, next to the
+    #   37 MiB vllm#23278 leaves through Marlin. The pre-swizzle weights, the transposed and padded
+    #   intermediates and the bf16 biases are freed before the log measures (memory allocated
+    #   after loading minus before, DeviceMemoryProfiler)
+    "https://github.com/vllm-project/vllm/issues/33155": {
+        "config": {
+            **json.loads((DATA / "hf" / "openai__gpt-oss-120b" / "config.json").read_text()),
+            "intermediate_size": 2880,
+        },
+        "fit": {"mxfp4_backend": "triton"},
+    },
 }
 #: kvrules' weights differ from the log: not modelled yet (said in docs/fit.md)
 KNOWN_GAPS: set[str] = set()
