@@ -25,18 +25,23 @@ from kvrules.plugin.manager import KVRulesPluginManager
 from kvrules.plugin.presets import StrategySpec
 from kvrules.specs.mamba import MAMBA_CACHE_MODES
 
-#: argparse destination -> :class:`HFOptions` field
+#: argparse destination -> :class:`HFOptions` field (whose name, dashed, is the flag: ``--dtype``)
 OPTION_FLAGS: dict[str, str] = {
-    "kv_cache_dtype": "kv_cache_dtype",
-    "draft_kv_cache_dtype": "draft_kv_cache_dtype",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "block_size": "block_size",
-    "mamba_cache_dtype": "mamba_cache_dtype",
-    "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
-    "mamba_cache_mode": "mamba_cache_mode",
-    "mamba_block_size": "mamba_block_size",
-    "num_speculative_tokens": "num_speculative_tokens",
-    "attention_backend": "attention_backend",
+    **{
+        name: name
+        for name in (
+            "kv_cache_dtype",
+            "draft_kv_cache_dtype",
+            "tensor_parallel_size",
+            "block_size",
+            "mamba_cache_dtype",
+            "mamba_ssm_cache_dtype",
+            "mamba_cache_mode",
+            "mamba_block_size",
+            "num_speculative_tokens",
+            "attention_backend",
+        )
+    },
     "model_dtype": "dtype",
 }
 
@@ -124,7 +129,11 @@ def option_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _flags_given(args: argparse.Namespace) -> list[str]:
-    names = [f"--{dest.replace('_', '-')}" for dest in OPTION_FLAGS if getattr(args, dest, None) is not None]
+    names = [
+        f"--{field.replace('_', '-')}"
+        for dest, field in OPTION_FLAGS.items()
+        if getattr(args, dest, None) is not None
+    ]
     for dest in ("draft", "hf_reader"):
         if getattr(args, dest, None) is not None:
             names.append(f"--{dest.replace('_', '-')}")

@@ -222,3 +222,15 @@ def test_sweep_takes_hf_reader(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows == json.loads(run(capsys, *args)[1])
     code, _, err = run(capsys, *args, "--hf-reader", "pytorch")
     assert code == 2 and "invalid choice: 'pytorch'" in err
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [(("--dtype", "bfloat16"), "--dtype"), (("--tp", "2"), "--tensor-parallel-size")],
+)
+def test_a_stray_hugging_face_flag_is_named_as_it_is_written(
+    capsys: pytest.CaptureFixture[str], given: tuple[str, str], named: str
+) -> None:
+    code, _, err = run(capsys, "plan", "--example", "gemma3-27b", *given)
+    assert code == 2
+    assert f"{named} applies only to a Hugging Face model" in err
