@@ -32,20 +32,18 @@ from typing import Any
 
 from kvrules.errors import SpecError
 from kvrules.integrations.vllm_specs import (
-    _PUBLISHED_FIELDS,
     VllmClasses,
     _check_page,
-    _derived_by_default,
     _field_default,
-    _published_for_vllm,
     _published_from_vllm,
     _to_kvrules_value,
-    _to_vllm_value,
     _where,
     built_for_vllm,
     built_from_vllm,
     kvrules_class_of,
     kvrules_classes_by_name,
+    vllm_class_of,
+    vllm_kwargs,
 )
 from kvrules.plugin.manager import default_manager
 from kvrules.specs.attention import AttentionSpec
@@ -188,54 +186,26 @@ def from_vllm033_specs(
     return {name: _from_vllm033(spec, name, kinds, None) for name, spec in specs.items()}
 
 
-def _vllm_kwargs(
-    spec: KVCacheSpec, layer: str | None, classes: VllmClasses, vcls: type, carried: Mapping[str, Any]
-) -> dict[str, Any]:
-    """vLLM 0.33 constructor arguments for kvrules' ``spec``."""
-    vfields = {f.name: f for f in dataclasses.fields(vcls) if f.init}
-    back = {kv_name: v_name for v_name, kv_name in RENAMED.items() if v_name in vfields}
-    published: dict[str, int | None] = {}
-    if isinstance(spec, AttentionSpec) and all(name in vfields for name in _PUBLISHED_FIELDS):
-        published = _published_for_vllm(spec, layer)
-    kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(spec):
-        value = published.get(field.name, getattr(spec, field.name))
-        name = back.get(field.name, field.name)
-        vfield = vfields.get(name)
-        if _derived_by_default(spec, field.name, value):
-            continue
-        if field.name == STRIDED_READ and value and reads_pages_strided(vcls):
-            continue  # implied by 0.33 for this class
-        if vfield is None:
-            if field.default is dataclasses.MISSING or value != field.default:
-                raise SpecError(
-                    f"{_where(layer)}: {type(spec).__name__}.{field.name}={value!r} cannot be expressed: "
-                    f"vLLM {classes.version}'s {vcls.__name__} has no field {field.name!r}"
-                )
-            continue
-        if field.name == "kv_cache_specs":
-            kwargs[name] = {m: _to_vllm033(s, m, classes, carried) for m, s in value.items()}
-            for derived in MEMBER_DERIVED:
-                common = _members_value(kwargs[name], derived)
-                if derived in vfields and derived not in kwargs and common is not None:
-                    kwargs[derived] = common
-        else:
-            kwargs[name] = _to_vllm_value(field.name, value, vfield, layer, classes)
-    return kwargs
-
-
 def _to_vllm033(
     spec: KVCacheSpec, layer: str | None, classes: VllmClasses, carried: Mapping[str, Any]
 ) -> Any:
-    kname = type(spec).__name__
-    vcls = classes.specs.get(kname)
-    if vcls is None:
-        raise SpecError(
-            f"{_where(layer)}: kvrules spec type {kname} has no class in vLLM {classes.version} "
-            f"(its spec classes: {', '.join(sorted(classes.specs))})"
-        )
-    kwargs = _vllm_kwargs(spec, layer, classes, vcls, carried)
+    vcls = vllm_class_of(spec, layer, classes)
+    kwargs = vllm_kwargs(
+        spec,
+        layer,
+        classes,
+        vcls,
+        members=lambda specs: {m: _to_vllm033(s, m, classes, carried) for m, s in specs.items()},
+        renamed=RENAMED,
+        implied=lambda name, value: name == STRIDED_READ and bool(value) and reads_pages_strided(vcls),
+    )
     names = {f.name for f in dataclasses.fields(vcls)}
+    if "kv_cache_specs" in kwargs:  # a group's figures its members agree on
+        arguments = {f.name for f in dataclasses.fields(vcls) if f.init}
+        for derived in MEMBER_DERIVED:
+            common = _members_value(kwargs["kv_cache_specs"], derived)
+            if derived in arguments and derived not in kwargs and common is not None:
+                kwargs[derived] = common
     kwargs.update({k: v for k, v in carried.items() if k in CORE_FIELDS and k in names})
     return built_for_vllm(vcls, kwargs, spec, layer, classes, "building vLLM 0.33's")
 

@@ -508,9 +508,11 @@ def _derived_by_default(spec: KVCacheSpec, name: str, value: Any) -> bool:
 MemberBuilder = Callable[[KVCacheSpec, str], Any]
 
 
-def _to_vllm(
-    spec: KVCacheSpec, layer: str | None, classes: VllmClasses, member: MemberBuilder | None = None
-) -> Any:
+def vllm_class_of(spec: KVCacheSpec, layer: str | None, classes: VllmClasses) -> type:
+    """vLLM's class of the same name as ``spec``'s type.
+
+    :raises SpecError: vLLM has none (naming the layer and vLLM's spec classes).
+    """
     kname = type(spec).__name__
     vcls = classes.specs.get(kname)
     if vcls is None:
@@ -518,27 +520,59 @@ def _to_vllm(
             f"{_where(layer)}: kvrules spec type {kname} has no class in vLLM {classes.version} "
             f"(its spec classes: {', '.join(sorted(classes.specs))})"
         )
+    return vcls
+
+
+def vllm_kwargs(
+    spec: KVCacheSpec,
+    layer: str | None,
+    classes: VllmClasses,
+    vcls: type,
+    *,
+    members: Callable[[Mapping[str, KVCacheSpec]], dict[str, Any]] | None = None,
+    renamed: Mapping[str, str] | None = None,
+    implied: Callable[[str, Any], bool] | None = None,
+) -> dict[str, Any]:
+    """The constructor arguments of ``vcls`` for kvrules' ``spec``: each field under vLLM's name
+    (``renamed``: vLLM's name -> kvrules'), a group's ``kv_cache_specs`` built by ``members``;
+    fields at a value vLLM derives by default, or ``implied(name, value)`` by the class, left out.
+
+    :raises SpecError: ``vcls`` lacks a field holding a non-default value.
+    """
     vfields = {f.name: f for f in dataclasses.fields(vcls) if f.init}
+    back = {kv_name: v_name for v_name, kv_name in (renamed or {}).items() if v_name in vfields}
     published: dict[str, int | None] = {}
     if isinstance(spec, AttentionSpec) and all(name in vfields for name in _PUBLISHED_FIELDS):
         published = _published_for_vllm(spec, layer)
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(spec):
         value = published.get(field.name, getattr(spec, field.name))
-        vfield = vfields.get(field.name)
-        if _derived_by_default(spec, field.name, value):
+        name = back.get(field.name, field.name)
+        vfield = vfields.get(name)
+        if _derived_by_default(spec, field.name, value) or (
+            implied is not None and implied(field.name, value)
+        ):
             continue
         if vfield is None:
             if field.default is dataclasses.MISSING or value != field.default:
                 raise SpecError(
-                    f"{_where(layer)}: {kname}.{field.name}={value!r} cannot be expressed: vLLM "
-                    f"{classes.version}'s {kname} has no field {field.name!r}"
+                    f"{_where(layer)}: {type(spec).__name__}.{field.name}={value!r} cannot be expressed: "
+                    f"vLLM {classes.version}'s {vcls.__name__} has no field {field.name!r}"
                 )
             continue
-        if field.name == "kv_cache_specs" and member is not None:
-            kwargs[field.name] = {name: member(s, name) for name, s in value.items()}
+        if field.name == "kv_cache_specs" and members is not None:
+            kwargs[name] = members(value)
         else:
-            kwargs[field.name] = _to_vllm_value(field.name, value, vfield, layer, classes)
+            kwargs[name] = _to_vllm_value(field.name, value, vfield, layer, classes)
+    return kwargs
+
+
+def _to_vllm(
+    spec: KVCacheSpec, layer: str | None, classes: VllmClasses, member: MemberBuilder | None = None
+) -> Any:
+    vcls = vllm_class_of(spec, layer, classes)
+    members = None if member is None else (lambda specs: {name: member(s, name) for name, s in specs.items()})
+    kwargs = vllm_kwargs(spec, layer, classes, vcls, members=members)
     return built_for_vllm(vcls, kwargs, spec, layer, classes, "building vLLM's")
 
 
