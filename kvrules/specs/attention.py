@@ -286,6 +286,34 @@ class SinkFullAttentionSpec(FullAttentionSpec):
 class _MLAMixin:
     """Page formula shared by MLA and sliding-window MLA (one latent vector per token, no x2)."""
 
+    #: whether an ``fp8_ds_mla`` page takes DeepSeek-V3.2's token layout (MLA; not sliding-window MLA)
+    v32_layout: ClassVar[bool] = True
+    page_format: ClassVar[str] = "latent"
+    default_head_size_v_is_head_size: ClassVar[bool] = False
+
+    def _derive(self) -> None:
+        self._apply_alignment()
+
+    @cached_property
+    def real_page_size_bytes(self) -> int:
+        return self._mla_real_page()
+
+    def fallback_state_layout(self) -> tuple[int, int] | None:
+        """:meth:`AttentionSpec.fallback_state_layout` for a latent page."""
+        if self.cache_dtype_str == "fp8_ds_mla":
+            if self.model_version == "deepseek_v4":
+                return (1, FP8_DS_MLA_V4_TOKEN_BYTES)
+            if self.v32_layout:
+                return (1, FP8_DS_MLA_V32_TOKEN_BYTES) if self.compress_ratio == 1 else None
+        head = self.head_size
+        if self.kv_quant_mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
+            head //= 2
+        return (self.num_kv_heads, head * self.dtype_size)
+
+    @cached_property
+    def unpadded_page_size_bytes(self) -> int:
+        return self.real_page_size_bytes
+
     def unification_hint(self, target: int) -> str:
         """MLA pages are never stride-padded: only block sizes (or a plugin rule) can help."""
         return KVCacheSpec.unification_hint(cast(KVCacheSpec, self), target)
@@ -329,38 +357,26 @@ class _MLAMixin:
     def storage_block_size(self) -> int:
         return self.block_size // self.compress_ratio
 
-    def _mla_real_page(self, *, v32_layout: bool) -> int:
+    def _mla_real_page(self) -> int:
         sbs = self.storage_block_size
         if cast(AttentionSpec, self).publishes_page:
             return cast(AttentionSpec, self)._published_page()
         if self.cache_dtype_str == "fp8_ds_mla":
             if self.model_version == "deepseek_v4":
                 return sbs * FP8_DS_MLA_V4_TOKEN_BYTES
-            if v32_layout:
+            if self.v32_layout:
                 return self.block_size * FP8_DS_MLA_V32_TOKEN_BYTES
         head = self.head_size
         if self.kv_quant_mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
             head //= 2
         return sbs * self.num_kv_heads * head * self.dtype_size
 
-    def _mla_fallback_layout(self, *, v32_layout: bool) -> tuple[int, int] | None:
-        """:meth:`AttentionSpec.fallback_state_layout` for a latent page."""
-        if self.cache_dtype_str == "fp8_ds_mla":
-            if self.model_version == "deepseek_v4":
-                return (1, FP8_DS_MLA_V4_TOKEN_BYTES)
-            if v32_layout:
-                return (1, FP8_DS_MLA_V32_TOKEN_BYTES) if self.compress_ratio == 1 else None
-        head = self.head_size
-        if self.kv_quant_mode is KVQuantMode.INT4_PER_TOKEN_HEAD:
-            head //= 2
-        return (self.num_kv_heads, head * self.dtype_size)
-
     def aligned_page_size(self) -> int | None:
         """The ``page_size_padded`` that ``alignment`` alone gives this spec (``None``: it gives
         none), as :meth:`_derive` sets it when no larger padding was asked for."""
         if self.alignment is None or self.storage_block_size <= 0:
             return None
-        real = self._mla_real_page(v32_layout=isinstance(self, MLAAttentionSpec))
+        real = self._mla_real_page()
         aligned = round_up(real, self.alignment)
         return aligned if aligned != real else None
 
@@ -376,8 +392,6 @@ class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
     """Multi-head latent attention: one latent vector of ``head_size`` per stored token."""
 
     type_name: ClassVar[str] = "mla"
-    page_format: ClassVar[str] = "latent"
-    default_head_size_v_is_head_size: ClassVar[bool] = False
 
     cache_dtype_str: str | None = None
     alignment: int | None = None
@@ -387,20 +401,6 @@ class MLAAttentionSpec(_MLAMixin, FullAttentionSpec):  # type: ignore[misc]
     def _validate_extra(self) -> None:
         super()._validate_extra()
         self._validate_mla()
-
-    def _derive(self) -> None:
-        self._apply_alignment()
-
-    @cached_property
-    def real_page_size_bytes(self) -> int:  # type: ignore[override]
-        return self._mla_real_page(v32_layout=True)
-
-    def fallback_state_layout(self) -> tuple[int, int] | None:
-        return self._mla_fallback_layout(v32_layout=True)
-
-    @cached_property
-    def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
-        return self.real_page_size_bytes
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -477,8 +477,7 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
     """Sliding-window MLA (DeepSeek-V4's SWA and compressor-state caches)."""
 
     type_name: ClassVar[str] = "sliding_window_mla"
-    page_format: ClassVar[str] = "latent"
-    default_head_size_v_is_head_size: ClassVar[bool] = False
+    v32_layout: ClassVar[bool] = False
 
     cache_dtype_str: str | None = None
     alignment: int | None = None
@@ -493,20 +492,6 @@ class SlidingWindowMLASpec(_MLAMixin, SlidingWindowSpec):  # type: ignore[misc]
                 f"SlidingWindowMLASpec.model_version={shown(self.model_version)} is not supported; "
                 "use null or 'deepseek_v4'"
             )
-
-    def _derive(self) -> None:
-        self._apply_alignment()
-
-    @cached_property
-    def real_page_size_bytes(self) -> int:  # type: ignore[override]
-        return self._mla_real_page(v32_layout=False)
-
-    def fallback_state_layout(self) -> tuple[int, int] | None:
-        return self._mla_fallback_layout(v32_layout=False)
-
-    @cached_property
-    def unpadded_page_size_bytes(self) -> int:  # type: ignore[override]
-        return self.real_page_size_bytes
 
     def full_attention_form(self, block_size: int | None = None) -> MLAAttentionSpec:
         """MLA with this layer's latent geometry, the window kept as a hint; a padded page is kept
