@@ -231,19 +231,13 @@ class AdapterState:
 _states: dict[tuple[str, ...], AdapterState] = {}
 
 
-def _state_key(strategies: StrategySpec) -> tuple[str, ...]:
-    if strategies is None:
-        return ("",)
-    return (strategies,) if isinstance(strategies, str) else tuple(strategies)
-
-
 def adapter_state(strategies: StrategySpec = DEFAULT_STRATEGIES) -> AdapterState:
     """The process's shared state of ``strategies`` (made on first use, and again when
     ``default_manager()`` was replaced since).
 
     :raises PluginError: an unknown strategy name.
     """
-    key = _state_key(strategies)
+    key = vllm033.strategy_key(strategies)
     with _lock:
         found = _states.get(key)
         if found is None or found.planner.plugin_manager is not default_manager():

@@ -61,10 +61,6 @@ def _vllm(name: str) -> Callable[..., Any]:
     return fn
 
 
-def _layers(kv_cache_groups: Sequence[Any]) -> list[str]:
-    return [name for g in kv_cache_groups for name in g.layer_names]
-
-
 # -- the answers -----------------------------------------------------------------------------
 def annotate_eagle(vllm_config: Any, kv_cache_spec: dict[str, Any], groups: list[Any]) -> None:
     """vLLM 0.32's own EAGLE annotation of ``groups`` (in place), and its warning, where this vLLM
@@ -142,7 +138,7 @@ def _pool_bytes_per_block(vllm_config: Any, kv_cache_groups: list[Any]) -> int:
         fallback.PLACEMENT,
         "_pool_bytes_per_block",
         LINE,
-        _layers(kv_cache_groups),
+        vllm033.group_layers(kv_cache_groups),
         lambda: kvrules_bytes_per_block(vllm_config, kv_cache_groups),
         lambda: _vllm("_pool_bytes_per_block")(vllm_config, kv_cache_groups),
     )
@@ -157,7 +153,7 @@ def get_kv_cache_config_from_groups(
         fallback.PLACEMENT,
         "get_kv_cache_config_from_groups",
         LINE,
-        _layers(kv_cache_groups),
+        vllm033.group_layers(kv_cache_groups),
         lambda: kvrules_config(vllm_config, kv_cache_groups, available_memory),
         lambda: _vllm("get_kv_cache_config_from_groups")(vllm_config, kv_cache_groups, available_memory),
     )

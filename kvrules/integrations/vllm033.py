@@ -35,7 +35,7 @@ from kvrules.integrations import vllm_log as vllm_log_lines
 from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec, to_vllm033_spec
 from kvrules.integrations.vllm_config import config_value, read_vllm033_config
 from kvrules.integrations.vllm_lines import BUILDER_MODULE
-from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, vllm_classes
+from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, VllmNotInstalledError, vllm_classes
 from kvrules.pipeline import Grouping, Planner
 from kvrules.plan import BackingTensor, KVCacheGroup, WorkerPlan, backing_tensors
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
@@ -70,7 +70,8 @@ def parse_strategies(text: str | None, line_preset: str) -> StrategySpec:
     return names[0] if len(names) == 1 else names
 
 
-def _key(strategies: StrategySpec) -> tuple[str, ...]:
+def strategy_key(strategies: StrategySpec) -> tuple[str, ...]:
+    """A strategy setting as a hashable key (``None``: ``("",)``)."""
     if strategies is None:
         return ("",)
     return (strategies,) if isinstance(strategies, str) else tuple(strategies)
@@ -165,7 +166,7 @@ def state(strategies: StrategySpec = None, *, classes: VllmClasses | None = None
     resolved = strategies if strategies is not None else active_strategies()
     with _lock:
         manager = _manager if _manager is not None else default_manager()
-        key = (*_key(resolved), id(manager))
+        key = (*strategy_key(resolved), id(manager))
         found = _states.get(key)
         if found is None or found.planner.plugin_manager is not manager:
             found = BuilderState(Planner(resolved, plugin_manager=manager), classes)
@@ -464,14 +465,13 @@ def vllm_builder(vllm_config: Any) -> Any:
     try:
         return getattr(importlib.import_module(module), name)()
     except (ImportError, AttributeError) as exc:
-        from kvrules.integrations.vllm_specs import VllmNotInstalledError
-
         raise VllmNotInstalledError(
             f"vLLM's own KV-cache config builder {qualname} is not importable ({exc})"
         ) from exc
 
 
-def _layers(kv_cache_groups: Sequence[Any]) -> list[str]:
+def group_layers(kv_cache_groups: Sequence[Any]) -> list[str]:
+    """Every layer of vLLM's groups, group by group."""
     return [name for g in kv_cache_groups for name in g.layer_names]
 
 
@@ -501,7 +501,7 @@ class KVRulesBuilderMethods:
             fallback.PLACEMENT,
             "KVCacheConfigBuilder.get_kv_cache_config_from_groups",
             LINE,
-            _layers(kv_cache_groups),
+            group_layers(kv_cache_groups),
             lambda: get_kv_cache_config_from_groups(state(), vllm_config, kv_cache_groups, num_blocks),
             lambda: vllm_builder(vllm_config).get_kv_cache_config_from_groups(
                 vllm_config, kv_cache_groups, num_blocks
@@ -514,7 +514,7 @@ class KVRulesBuilderMethods:
             fallback.PLACEMENT,
             "KVCacheConfigBuilder._get_pool_bytes_per_block",
             LINE,
-            _layers(kv_cache_groups),
+            group_layers(kv_cache_groups),
             lambda: pool_bytes_per_block(state(), vllm_config, kv_cache_groups),
             lambda: vllm_builder(vllm_config)._get_pool_bytes_per_block(vllm_config, kv_cache_groups),
         )
@@ -542,8 +542,6 @@ def builder_class() -> type:
 
 
 def _builder_base() -> type:
-    from kvrules.integrations.vllm_specs import VllmNotInstalledError
-
     try:
         module = importlib.import_module(BUILDER_BASE_MODULE)
     except ImportError as exc:

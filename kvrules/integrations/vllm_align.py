@@ -36,7 +36,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvrules import logs
@@ -88,11 +88,7 @@ class BlockValues:
 
     def as_dict(self) -> dict[str, int | None]:
         """The values by their ``cache_config`` names."""
-        return {
-            "block_size": self.block_size,
-            "mamba_block_size": self.mamba_block_size,
-            "mamba_page_size_padded": self.mamba_page_size_padded,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from kvrules.errors import KVRulesError
-from kvrules.integrations.vllm_specs import INTERFACE_MODULE, VllmNotInstalledError
+from kvrules.integrations.vllm_specs import INTERFACE_MODULE, VllmNotInstalledError, vllm_version
 
 UTILS_MODULE = "vllm.v1.core.kv_cache_utils"
 BUILDER_MODULE = "vllm.v1.core.kv_cache_config_builder"
@@ -233,8 +233,6 @@ def detect(import_module: Callable[[str], ModuleType | None] = _import) -> VllmL
 
 
 def _version() -> str:
-    from kvrules.integrations.vllm_specs import vllm_version
-
     return f"vllm {vllm_version()}"
 
 
