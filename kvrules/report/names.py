@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 #: the characters that end a word
 SEPARATORS = "._-/, "
@@ -38,12 +38,8 @@ def _best_cut(pieces: list[str], limit: int) -> tuple[int, int] | None:
     """The run of pieces ``[head, tail)`` to cut so the rest fits in ``limit`` characters, the
     last piece always kept: the cut keeping the most words with digits (layer numbers), then the
     most characters, then the one nearest the middle; ``None`` when no cut of whole words fits."""
-    ends = [0]
-    for piece in pieces:
-        ends.append(ends[-1] + len(piece))
-    digits = [0]
-    for piece in pieces:
-        digits.append(digits[-1] + any(c.isdigit() for c in piece))
+    ends = list(accumulate(map(len, pieces), initial=0))
+    digits = list(accumulate((any(c.isdigit() for c in piece) for piece in pieces), initial=0))
     total, count = ends[-1], len(pieces)
     heads = [h for h in range(count) if ends[h] <= limit]
     tails = [t for t in range(1, count) if total - ends[t] <= limit]
