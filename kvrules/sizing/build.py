@@ -19,7 +19,9 @@ class Builder:
     """Collects the weights of one checkpoint.
 
     :param config: the config being read (its getters raise ``ModelFileError`` naming the field).
-    :param role: the role new records get (:meth:`role` switches it for MTP and vision parts).
+
+    New records belong to the language model (``Role.MODEL``) until :meth:`set_role` switches
+    them to MTP or vision parts.
     """
 
     def __init__(self, config: HFConfig) -> None:
