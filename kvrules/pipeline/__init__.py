@@ -220,7 +220,7 @@ class Planner:
         chosen = apply_override(choose_layouts(projected, memories, ctx, ask), ctx, ask)
         length = fit_length(chosen, config, ask)
         config = config if length == config.max_model_len else with_length(config, length)
-        worker_plans = lay_out(chosen, ctx, ask, grouping.specs)
+        worker_plans = lay_out(chosen, ctx, ask)
         return self._finish(
             grouping,
             worker_plans,

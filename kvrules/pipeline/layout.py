@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from kvrules.config import EngineConfig
@@ -142,12 +142,8 @@ def lay_out(
     workers: Sequence[WorkerLayout],
     ctx: PlanContext,
     ask: Asker,
-    layers: Mapping[str, object] | None = None,
 ) -> list[WorkerPlan]:
-    """Every worker's tensors, all sized for the smallest block count any worker gives.
-
-    ``layers``: for a single worker, optionally a mapping whose keys are exactly its layers (the
-    plan's specs), which makes checking the layout's tensors cheaper."""
+    """Every worker's tensors, all sized for the smallest block count any worker gives."""
     own = {w.index: own_blocks(w, ask) for w in workers if w.layout is not None}
     if not own:
         return [WorkerPlan(1, (), w.groups, "", w.memory, 1) for w in workers]
@@ -158,9 +154,7 @@ def lay_out(
             plans.append(WorkerPlan(agreed, (), worker.groups, "", worker.memory, 0))
             continue
         blocks = own[worker.index]
-        tensors = ask.tensors(
-            worker.layout, worker.groups, blocks, worker.memory, layers if len(workers) == 1 else None
-        )
+        tensors = ask.tensors(worker.layout, worker.groups, blocks, worker.memory)
         if blocks != agreed:
             tensors = tuple(
                 KVCacheTensor(t.size // blocks * agreed, t.shared_by, t.offset, t.block_stride)

@@ -373,23 +373,14 @@ def _same_names(given: list[object], names: list[str]) -> bool:
     return all(map(is_, given, names)) or (set(map(type, given)) <= {str} and given == names)
 
 
-def _widest_pages(
-    tensors: Sequence[KVCacheTensor], groups: Sequence[KVCacheGroup], layers: Mapping[str, object] | None
-) -> list[int] | str:
+def _widest_pages(tensors: Sequence[KVCacheTensor], groups: Sequence[KVCacheGroup]) -> list[int] | str:
     """Each tensor's widest layer page when every layer of the worker's ``groups`` is in exactly
     one tensor and no other layer is in any (each is popped from a table of the worker's
-    layers), else the sentence naming the layer at fault.
-
-    ``layers``, when given, is a mapping whose keys are exactly the worker's layers: where every
-    group is pooled with one page, a copy of it is that table (copying a dict costs far less
-    than building one)."""
+    layers), else the sentence naming the layer at fault."""
     page = _pooled_page(groups)
     if page is not None and _in_group_order(tensors, groups):
         return [page if t.shared_by else 0 for t in tensors]
-    if page is not None and type(layers) is dict and len(layers) == sum(len(g.layer_names) for g in groups):
-        remaining: dict[str, object] = layers.copy()
-    else:
-        remaining = cast("dict[str, object]", _pages(groups))  # popped empty; built again for a message
+    remaining = cast("dict[str, object]", _pages(groups))  # popped empty; built again for a message
     widest: list[int] = []
     for tensor in tensors:
         names = tensor.shared_by
@@ -457,22 +448,16 @@ def _first_repeat(placed: set[str], names: Sequence[str]) -> str:
 
 
 def tensors_problem(
-    tensors: object,
-    groups: Sequence[KVCacheGroup],
-    memory: int,
-    num_blocks: int = 0,
-    layers: Mapping[str, object] | None = None,
+    tensors: object, groups: Sequence[KVCacheGroup], memory: int, num_blocks: int = 0
 ) -> str | None:
-    """A layout's tensors for ``num_blocks`` blocks of one worker holding ``groups`` with ``memory``
-    bytes; ``layers``, when given, a mapping whose keys are exactly the worker's layers (it
-    makes the check cheaper, not different)."""
+    """A layout's tensors for ``num_blocks`` blocks of one worker holding ``groups`` with ``memory`` bytes."""
     if not isinstance(tensors, (tuple, list)):
         return f"returned {type(tensors).__name__} from tensors(), not a tuple of KVCacheTensor"
     for index, tensor in enumerate(tensors):
         problem = _tensor_problem(index, tensor)
         if problem:
             return problem
-    widest = _widest_pages(tensors, groups, layers)
+    widest = _widest_pages(tensors, groups)
     if isinstance(widest, str):
         return widest
     packed = total = 0

@@ -543,12 +543,10 @@ class Asker:
         groups: Sequence[KVCacheGroup],
         num_blocks: int,
         memory: int,
-        layers: Mapping[str, object] | None = None,
     ) -> tuple[KVCacheTensor, ...]:
-        """The worker's tensors: non-negative, covering every layer, fitting ``memory``
-        (``layers``: see :func:`~kvrules.plugin.answers.tensors_problem`)."""
+        """The worker's tensors: non-negative, covering every layer, fitting ``memory``."""
         tensors = self.call(rule.kind, rule, "tensors", groups, num_blocks)
-        problem = answers.tensors_problem(tensors, groups, memory, num_blocks, layers)
+        problem = answers.tensors_problem(tensors, groups, memory, num_blocks)
         if problem:
             raise self.fault(rule.kind, rule, problem)
         return tuple(tensors)
