@@ -15,8 +15,12 @@ run the profile, so :func:`estimate_runtime` estimates each of these from the ch
   experts; routed experts ``top_k`` times, plus ``top_k x hidden`` for the fused-MoE output),
   at the model dtype.
 * ``sampler``: the profile's dummy sampler run, ``min(max_num_seqs, max_num_batched_tokens)``
-  rows of logits over this rank's padded vocabulary in float32, twice (the logits and the
-  probabilities computed from them).
+  rows of logits over the whole vocabulary in float32, twice (the logits and the probabilities
+  computed from them). The whole vocabulary on every GPU, not a TP rank's slice: vLLM's
+  ``LogitsProcessor._gather_logits`` gathers the lm_head's slices onto rank 0 (V0) or onto every
+  rank (V1, where ``Platform.use_all_gather`` is true) before the sampler runs, and
+  ``_get_logits`` drops the padding (``logits[..., :org_vocab_size]``), so the KV budget's
+  fullest GPU samples over the checkpoint's unpadded ``vocab_size``.
 * ``non_torch``: CUDA context, cuBLAS workspaces and, with more than one GPU, NCCL and the custom
   all-reduce buffers: :data:`NON_TORCH_BYTES` plus :data:`COLLECTIVE_BYTES` (fixed figures in the
   range published start logs show: 0.12-0.35 GiB on one GPU, 0.25-2.04 GiB per GPU at TP 2-4).
@@ -27,7 +31,7 @@ run the profile, so :func:`estimate_runtime` estimates each of these from the ch
 
 Every figure is an estimate and is labelled so; ``overhead_bytes`` replaces all four with the
 user's own figure (what ``vllm serve`` logged, for example). docs/fit.md shows each formula and
-tests/sizing/test_runtime_logs.py compares the result with published vLLM start logs.
+tests/fit/test_runtime_logs.py compares the result with published vLLM start logs.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 
 from kvrules.errors import ConfigError
 from kvrules.hf.config import HFConfig
-from kvrules.sizing.shard import ShardedWeights, pad_vocab
+from kvrules.sizing.shard import ShardedWeights
 from kvrules.sizing.weights import Role, Split, Weight, WeightTable
 from kvrules.values import shown
 
@@ -188,7 +192,7 @@ def estimate_runtime(
     per_token = per_token_elements(table, config, opts.tp)
     tokens = settings.max_num_batched_tokens
     rows = min(settings.max_num_seqs, tokens)
-    vocab = pad_vocab(table.vocab_size) // opts.tp
+    vocab = table.vocab_size
     layers = max(r.layers[1] - r.layers[0] for r in weights.ranks)
     sizes = 0 if settings.enforce_eager else capture_sizes(settings.max_num_seqs)
     world = opts.tp * opts.pp
@@ -200,7 +204,7 @@ def estimate_runtime(
     }
     formulas = {
         "activation_peak": f"{tokens:,} batched tokens x {per_token:,} live elements per token x {act} B",
-        "sampler": f"{rows:,} rows x {vocab:,} vocabulary entries per GPU x 4 B (float32) x 2",
+        "sampler": f"{rows:,} rows x {vocab:,} vocabulary entries (gathered) x 4 B (float32) x 2",
         "non_torch": (
             f"{NON_TORCH_BYTES / _GIB:.2f} GiB CUDA context and workspaces"
             + (f" + {COLLECTIVE_BYTES / _GIB:.2f} GiB collectives ({world} GPUs)" if world > 1 else "")
