@@ -68,6 +68,21 @@ CASES: dict[str, dict[str, Any]] = {
         "seqs": 256,
         "tp": 2,
     },
+    # one A10 (22.07 GiB as the log prints it), a vLLM 0.7.x V0 engine at the model's own 131,072
+    # tokens (the log's max seq len). The model is not named: 14.9888 GB is Llama-3.1-8B's weights
+    # with its 131,072-position rope cache to the fourth decimal (vllm#10517 logs the same), and TP 1
+    # since that is the whole model. Not printed, so V0's defaults: chunked prefill on above 32K
+    # tokens (EngineArgs.create_engine_config, use_long_context; Llama-3.1 has no sliding window)
+    # with 2,048 batched tokens (SchedulerConfig's _DEFAULT_MAX_NUM_BATCHED_TOKENS, 2,048 since
+    # vLLM PR #10544 of 2024-11, before 0.7.0) and EngineArgs' 256 sequences. The log's 0.22 GiB
+    # activation peak fits 2,048 tokens, not a 131,072-token prefill
+    "https://github.com/oracle-samples/oci-data-science-ai-samples/blob/main/ai-quick-actions/troubleshooting-tips.md": {
+        "config": "meta-llama__Llama-3.1-8B",
+        "total_gib": 22.07,
+        "max_model_len": 131072,
+        "tokens": 2048,
+        "seqs": 256,
+    },
 }
 #: logs compared on weights only (the config and fit's settings), and why not on the KV budget
 WEIGHTS_ONLY: dict[str, dict[str, Any]] = {
