@@ -23,7 +23,8 @@ run the profile, so :func:`estimate_runtime` estimates each of these from the ch
   fullest GPU samples over the checkpoint's unpadded ``vocab_size``.
 * ``non_torch``: CUDA context, cuBLAS workspaces and, with more than one GPU, NCCL and the custom
   all-reduce buffers: :data:`NON_TORCH_BYTES` plus :data:`COLLECTIVE_BYTES` (fixed figures in the
-  range published start logs show: 0.12-0.35 GiB on one GPU, 0.25-2.04 GiB per GPU at TP 2-4).
+  range published start logs show: 0.05-0.35 GiB on one GPU (1.79 in vllm#10511), 0.25-2.04 GiB
+  per GPU at TP 2-4).
 * ``cuda_graphs``: 0 with ``enforce_eager``; else :data:`GRAPH_BYTES_PER_LAYER_AND_SIZE` for each
   decoder layer on the GPU and each captured batch size (vLLM's default capture list up to
   ``min(2 x max_num_seqs, 512)``), a figure from a published capture (Llama-3.2-1B: 16 layers, 35
