@@ -216,6 +216,23 @@ def experts(
         )
 
 
+def fused_experts(
+    b: Builder, prefix: str, layer: int, hidden: int, inter: int, count: int, *, bias: bool = False
+) -> None:
+    """``count`` routed experts as checkpoints that fuse them store them (gpt-oss, Qwen3.5-MoE):
+    ``gate_up_proj`` ``[E, 2I, H]`` column-split and ``down_proj`` ``[E, H, I]`` row-split, each
+    with its ``_bias`` when ``bias`` (``down_proj``'s whole on every rank)."""
+    for name, rows, cols, split, bias_split in (
+        ("gate_up_proj", 2 * inter, hidden, Split.COLUMN, Split.COLUMN),
+        ("down_proj", hidden, inter, Split.ROW, Split.REPLICATED),
+    ):
+        b.add(
+            f"{prefix}.{name}", (rows, cols), "experts", split=split, layer=layer, linear=True, experts=count
+        )
+        if bias:
+            b.add(f"{prefix}.{name}_bias", (rows,), "experts", split=bias_split, layer=layer, experts=count)
+
+
 def router(b: Builder, name: str, layer: int, hidden: int, count: int, *, bias: bool = False) -> None:
     """A MoE router: a replicated linear vLLM never quantises (its models build it with
     ``quant_config=None``; checkpoints store it in the model dtype)."""

@@ -20,6 +20,7 @@ from kvrules.sizing.build import (
     embedding,
     experts,
     final,
+    fused_experts,
     gated_mlp,
     head_dim,
     router,
@@ -526,20 +527,6 @@ def build_gpt_oss(b: Builder) -> tuple[int, int, int, bool]:
         attention(b, f"{p}.self_attn", i, att)
         b.add(f"{p}.self_attn.sinks", (heads,), "attention", split=Split.COLUMN, layer=i, heads=heads)
         router(b, f"{p}.mlp.router", i, hidden, count, bias=True)
-        e = f"{p}.mlp.experts"
-        b.add(
-            f"{e}.gate_up_proj",
-            (2 * inter, hidden),
-            "experts",
-            split=Split.COLUMN,
-            layer=i,
-            linear=True,
-            experts=count,
-        )
-        b.add(f"{e}.gate_up_proj_bias", (2 * inter,), "experts", split=Split.COLUMN, layer=i, experts=count)
-        b.add(
-            f"{e}.down_proj", (hidden, inter), "experts", split=Split.ROW, layer=i, linear=True, experts=count
-        )
-        b.add(f"{e}.down_proj_bias", (hidden,), "experts", layer=i, experts=count)
+        fused_experts(b, f"{p}.mlp.experts", i, hidden, inter, count, bias=True)
     final(b, "model.norm", hidden, vocab, tied)
     return layers, vocab, hidden, tied

@@ -23,7 +23,17 @@ row-parallel; the MTP ``fc`` column-parallel (``qwen3_5_mtp.py``).
 
 from __future__ import annotations
 
-from kvrules.sizing.build import Attention, Builder, attention, embedding, final, gated_mlp, head_dim, router
+from kvrules.sizing.build import (
+    Attention,
+    Builder,
+    attention,
+    embedding,
+    final,
+    fused_experts,
+    gated_mlp,
+    head_dim,
+    router,
+)
 from kvrules.sizing.weights import Role, Split
 
 
@@ -54,17 +64,7 @@ def _moe(b: Builder, m: str, i: int) -> None:
     hidden = c.integer("hidden_size")
     count, inter = c.integer("num_experts", 256), c.integer("moe_intermediate_size", 512)
     router(b, f"{m}.gate", i, hidden, count)
-    x = f"{m}.experts"
-    b.add(
-        f"{x}.gate_up_proj",
-        (2 * inter, hidden),
-        "experts",
-        split=Split.COLUMN,
-        layer=i,
-        linear=True,
-        experts=count,
-    )
-    b.add(f"{x}.down_proj", (hidden, inter), "experts", split=Split.ROW, layer=i, linear=True, experts=count)
+    fused_experts(b, f"{m}.experts", i, hidden, inter, count)
     shared = c.integer("shared_expert_intermediate_size", 512, minimum=0)
     if shared:
         gated_mlp(b, f"{m}.shared_expert", i, hidden, shared, component="shared_experts")
