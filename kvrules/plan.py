@@ -23,6 +23,7 @@ from msgspec.structs import astuple
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision
 from kvrules.errors import ModelFileError
+from kvrules.plan_checks import groups_problem, placement_problem
 from kvrules.plan_document import decode_json, plan_fields
 from kvrules.plan_records import (
     LAYOUT_AXES,
@@ -248,20 +249,9 @@ def plan_problem(plan: Plan) -> tuple[str, str] | None:
 
 
 def _group_problems(plan: Plan) -> Iterator[tuple[str, str]]:
-    seen: set[str] = set()
-    for g, group in enumerate(plan.groups):
-        for name in group.layer_names:
-            if name not in plan.specs:
-                yield f"groups[{g}].layer_names", f"layer {name!r} has no spec in 'specs'"
-            if name in seen:
-                yield (
-                    f"groups[{g}].layer_names",
-                    f"layer {name!r} is in two groups (each layer in exactly one)",
-                )
-            seen.add(name)
-    missing = [name for name in plan.specs if name not in seen]
-    if missing:
-        yield "groups", f"layer {missing[0]!r} of 'specs' is in no group (each layer in exactly one)"
+    problem = groups_problem(plan.groups, plan.specs)
+    if problem is not None:
+        yield "groups", f"the plan {problem} (each layer of 'specs' in exactly one group)"
 
 
 def _worker_problems(plan: Plan) -> Iterator[tuple[str, str]]:
@@ -279,25 +269,11 @@ def _worker_problems(plan: Plan) -> Iterator[tuple[str, str]]:
                     f"{worker.own_num_blocks} is below the agreed {plan.num_blocks} blocks (the least of every worker's)"
                 ),
             )
-        pages = {name: g.spec.page_size_bytes for g in worker.groups for name in g.layer_names}
-        covered: set[str] = set()
-        for t, tensor in enumerate(worker.tensors):
-            stray = [name for name in tensor.shared_by if name not in pages]
-            if stray:
-                yield f"{where}.tensors[{t}].shared_by", f"layer {stray[0]!r} is not in the worker's groups"
-                continue
-            covered.update(tensor.shared_by)
-            # a layer's own page (a uniform-type group's page is the sum of its members' pages)
-            own = [plan.specs[n].page_size_bytes if n in plan.specs else pages[n] for n in tensor.shared_by]
-            per_block = tensor.block_stride or max(own, default=0)
-            if tensor.size < per_block * worker.num_blocks:
-                yield (
-                    f"{where}.tensors[{t}].size",
-                    (f"{tensor.size} bytes hold fewer than {worker.num_blocks} blocks of {per_block} bytes"),
-                )
-        uncovered = [name for name in pages if name not in covered]
-        if uncovered and worker.tensors:
-            yield f"{where}.tensors", f"layer {uncovered[0]!r} is in no tensor (tensors cover every layer)"
+        problem = (
+            placement_problem(worker.tensors, worker.groups, worker.num_blocks) if worker.tensors else None
+        )
+        if problem is not None:
+            yield f"{where}.tensors", f"the plan {problem} (tensors cover each of the worker's layers once)"
         if worker.available_memory and worker.allocated_bytes > worker.available_memory:
             yield (
                 f"{where}.available_memory",

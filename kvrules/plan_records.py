@@ -133,6 +133,13 @@ class BackingTensor(msgspec.Struct, frozen=True, gc=False):
         return msgspec.structs.asdict(self) | {"layers": list(self.layers)}
 
 
+def allocated_bytes(tensors: Sequence[KVCacheTensor]) -> int:
+    """Bytes of ``tensors``, the one backing allocation of packed tensors (``block_stride > 0``)
+    counted once."""
+    packed = max((t.size for t in tensors if t.block_stride > 0), default=0)
+    return packed + sum(t.size for t in tensors if t.block_stride == 0)
+
+
 def spec_runs(group: KVCacheGroup) -> list[tuple[KVCacheSpec, tuple[str, ...]]]:
     """A group's layers by distinct member spec, in order of first appearance: vLLM 0.33 places
     one tensor per (group, distinct spec)."""
@@ -371,10 +378,8 @@ class WorkerPlan(msgspec.Struct, frozen=True):
 
     @property
     def allocated_bytes(self) -> int:
-        """Bytes of all buffers, a packed backing allocation counted once."""
-        packed = {t.size for t in self.tensors if t.block_stride > 0}
-        plain = sum(t.size for t in self.tensors if t.block_stride == 0)
-        return plain + (max(packed) if packed else 0)
+        """Bytes of all buffers (:func:`allocated_bytes`)."""
+        return allocated_bytes(self.tensors)
 
     def layer_names(self) -> tuple[str, ...]:
         """This worker's layers, group by group."""

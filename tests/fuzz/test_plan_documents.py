@@ -87,11 +87,15 @@ def _semantic(doc: Doc, rng: random.Random) -> Iterator[Mutation]:
     yield "available_memory shrunk", f"workers[{w}].available_memory", lambda d: _shrink_memory(d, w)
     yield (
         "an unknown layer in a group",
-        "groups[0]",
+        "plan field groups: the plan ",
         lambda d: d["groups"][0]["layer_names"].append("no.such"),
     )
     if len(doc["groups"]) > 1:
-        yield "a layer in two groups", "groups[", lambda d: d["groups"][-1]["layer_names"].append(first)
+        yield (
+            "a layer in two groups",
+            "plan field groups: the plan ",
+            lambda d: d["groups"][-1]["layer_names"].append(first),
+        )
     yield "num_blocks changed", "num_blocks", _add("num_blocks", rng.randint(1, 1000))
     yield "capacity_tokens changed", "capacity_tokens", _add("capacity_tokens", rng.choice([-1, 1, 4096]))
     yield (
@@ -110,7 +114,7 @@ def _semantic(doc: Doc, rng: random.Random) -> Iterator[Mutation]:
         yield "a layer dropped from every tensor", f"workers[{w}].tensors", lambda d: _drop_layer(d, w)
         yield (
             "an unknown layer in a tensor",
-            f"workers[{w}].tensors[0]",
+            f"workers[{w}].tensors: the plan put layer 'no.such', which is not on this worker, in tensor 0",
             lambda d: d["workers"][w]["tensors"][0]["shared_by"].append("no.such"),
         )
 
@@ -223,3 +227,12 @@ def test_allocate_trusts_the_plans_planner_made_and_checks_documents() -> None:
     plan = BASES["hybrid"]
     assert allocate(plan, "meta").plan is plan
     assert allocate(Plan.from_dict(plan.to_dict()), "meta").views
+
+
+def test_a_refusal_names_the_group_and_the_layer() -> None:
+    doc = copy.deepcopy(BASES["hybrid"].to_dict())
+    doc["groups"][0]["layer_names"].append("no.such")
+    with pytest.raises(
+        ModelFileError, match="plan field groups: the plan placed unknown layer 'no.such' in group 0"
+    ):
+        Plan.from_dict(doc)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvrules import FullAttentionSpec, KVCacheGroup, KVCacheTensor
-from kvrules.plugin import answers
+from kvrules import plan_checks
 from kvrules.plugin.answers import groups_problem, partition_problem, tensors_problem
 
 SPEC = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="bfloat16")
@@ -182,18 +182,18 @@ def test_the_group_order_shortcut_gives_the_general_checks_verdict(answer: tuple
     answer goes to the general check. Either way the verdict is the general check's own."""
     shortcut = tensors_problem(answer, POOL, 1 << 30, 10)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(answers, "_in_group_order", lambda tensors, groups: False)
+        patch.setattr(plan_checks, "_in_group_order", lambda tensors, groups: False)
         general = tensors_problem(answer, POOL, 1 << 30, 10)
     assert shortcut == general
 
 
 def test_the_shortcut_takes_only_the_group_order() -> None:
     rows = tuple(KVCacheTensor(PAGE * 10, tuple(r for r in row if r)) for row in zip_longest(*ROWS.values()))
-    assert answers._in_group_order(rows, POOL)
-    assert not answers._in_group_order(rows[::-1], POOL)
-    assert not answers._in_group_order((*rows, KVCacheTensor(PAGE * 10, ("a.0",))), POOL)
+    assert plan_checks._in_group_order(rows, POOL)
+    assert not plan_checks._in_group_order(rows[::-1], POOL)
+    assert not plan_checks._in_group_order((*rows, KVCacheTensor(PAGE * 10, ("a.0",))), POOL)
     bad = (KVCacheTensor(PAGE * 10, 5), *rows[1:])  # type: ignore[arg-type]
-    assert not answers._in_group_order(bad, POOL)
+    assert not plan_checks._in_group_order(bad, POOL)
     assert tensors_problem(bad, POOL, 1 << 30, 10) == (
         "gave tensor 0 shared_by = 5; it must be a tuple of layer names"
     )
@@ -213,4 +213,4 @@ def test_names_equal_to_the_layers_but_other_objects_are_accepted() -> None:
     assert groups_problem(anew, MODEL) is None
     rows = tuple(KVCacheTensor(PAGE * 10, tuple(r for r in row if r)) for row in zip_longest(*ROWS.values()))
     copies = tuple(KVCacheTensor(t.size, tuple("".join(list(n)) for n in t.shared_by)) for t in rows)
-    assert answers._in_group_order(copies, POOL) and tensors_problem(copies, POOL, 1 << 30, 10) is None
+    assert plan_checks._in_group_order(copies, POOL) and tensors_problem(copies, POOL, 1 << 30, 10) is None
