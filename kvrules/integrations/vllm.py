@@ -430,12 +430,17 @@ def _adapter() -> VllmAdapter:
         return _default_adapter
 
 
-def _answer(seam: str, layers: Iterable[str], ours: Callable[[], Any], args: tuple[Any, ...]) -> Any:
-    """``ours()``, through the fallback when :func:`install` replaced vLLM's ``seam`` (vLLM's own
-    function answers where kvrules cannot); called directly, kvrules' answer or its error."""
+def _answer(seam: str, layers: Iterable[str], *args: Any) -> Any:
+    """The adapter's method ``seam`` on ``args``, through the fallback when :func:`install`
+    replaced vLLM's ``seam`` (vLLM's own function answers where kvrules cannot); called
+    directly, kvrules' answer or its error."""
     with _lock:
         inst = _installation
     patches = inst.patches if inst is not None and inst.line.name == "0.28" else None
+
+    def ours() -> Any:
+        return getattr(_adapter(), seam)(*args)
+
     if patches is None:
         return ours()
     return fallback.answer(
@@ -446,20 +451,14 @@ def _answer(seam: str, layers: Iterable[str], ours: Callable[[], Any], args: tup
 def unify_kv_cache_spec_page_size(kv_cache_spec: dict[str, Any]) -> dict[str, Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
     return _answer(  # type: ignore[no-any-return]
-        "unify_kv_cache_spec_page_size",
-        kv_cache_spec,
-        lambda: _adapter().unify_kv_cache_spec_page_size(kv_cache_spec),
-        (kv_cache_spec,),
+        "unify_kv_cache_spec_page_size", kv_cache_spec, kv_cache_spec
     )
 
 
 def get_kv_cache_groups(vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
     return _answer(  # type: ignore[no-any-return]
-        "get_kv_cache_groups",
-        kv_cache_spec,
-        lambda: _adapter().get_kv_cache_groups(vllm_config, kv_cache_spec),
-        (vllm_config, kv_cache_spec),
+        "get_kv_cache_groups", kv_cache_spec, vllm_config, kv_cache_spec
     )
 
 
@@ -467,11 +466,9 @@ def get_kv_cache_configs(
     vllm_config: Any, kv_cache_specs: list[dict[str, Any]], available_memory: list[int]
 ) -> list[Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
+    layers = [name for worker in kv_cache_specs for name in worker]
     return _answer(  # type: ignore[no-any-return]
-        "get_kv_cache_configs",
-        [name for worker in kv_cache_specs for name in worker],
-        lambda: _adapter().get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory),
-        (vllm_config, kv_cache_specs, available_memory),
+        "get_kv_cache_configs", layers, vllm_config, kv_cache_specs, available_memory
     )
 
 
