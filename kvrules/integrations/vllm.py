@@ -103,13 +103,6 @@ def _spec_builder(classes: VllmClasses, cache: ConversionCache | None) -> SpecBu
     return build
 
 
-def _group_spec(group: KVCacheGroup, classes: VllmClasses, build: SpecBuilder) -> Any:
-    spec = build(group.spec, group.layer_names[0] if group.layer_names else "<empty group>")
-    return classes.KVCacheGroupSpec(
-        list(group.layer_names), spec, is_eagle_group=group.is_eagle_group and bool(group.layer_names)
-    )
-
-
 def _tensor(tensor: Any, classes: VllmClasses) -> Any:
     names = set(getattr(classes.KVCacheTensor, "__dataclass_fields__", {}))
     kwargs: dict[str, Any] = {"size": tensor.size, "shared_by": list(tensor.shared_by)}
@@ -134,11 +127,10 @@ def to_kv_cache_config(
     :param cache: the conversions to reuse and extend (an adapter's); one for this call when omitted.
     """
     resolved = classes if classes is not None else vllm_classes()
-    build = _spec_builder(resolved, cache)
     return resolved.KVCacheConfig(
         num_blocks=worker.num_blocks,
         kv_cache_tensors=[_tensor(t, resolved) for t in worker.tensors],
-        kv_cache_groups=[_group_spec(g, resolved, build) for g in worker.groups],
+        kv_cache_groups=to_kv_cache_groups(worker.groups, classes=resolved, cache=cache),
     )
 
 
@@ -161,7 +153,14 @@ def to_kv_cache_groups(
     """vLLM's ``KVCacheGroupSpec`` list for kvrules groups (``cache``: as :func:`to_kv_cache_config`)."""
     resolved = classes if classes is not None else vllm_classes()
     build = _spec_builder(resolved, cache)
-    return [_group_spec(g, resolved, build) for g in groups]
+    return [
+        resolved.KVCacheGroupSpec(
+            list(g.layer_names),
+            build(g.spec, g.layer_names[0] if g.layer_names else "<empty group>"),
+            is_eagle_group=g.is_eagle_group and bool(g.layer_names),
+        )
+        for g in groups
+    ]
 
 
 # -- the adapter -----------------------------------------------------------------------------
@@ -496,8 +495,7 @@ def resolve_strategies(strategies: StrategySpec, line: VllmLine) -> StrategySpec
         return line.preset
     if isinstance(strategies, str):
         return vllm033.parse_strategies(strategies, line.preset)
-    names = [line.preset if n == "auto" else n for n in strategies]
-    return names
+    return [line.preset if n == "auto" else n for n in strategies]
 
 
 def install(strategies: StrategySpec = None, *, plugin_manager: KVRulesPluginManager | None = None) -> None:
@@ -571,13 +569,17 @@ def _patch_line(
         if line.name == "0.32":
             vllm032.bind(patches)
     wrapped = _wrap_engine_start(line)
+    _log_installed(set_name, line, patches.names(), wrapped)
+
+
+def _log_installed(set_name: str, line: VllmLine, replaced: list[str], engine_start: str | None) -> None:
     logs.info(
         "kvrules.vllm.installed",
         strategy_set=set_name,
         vllm_version=vllm_version(),
         vllm_line=line.releases,
-        replaced=patches.names(),
-        engine_start=wrapped,
+        replaced=replaced,
+        engine_start=engine_start,
     )
 
 
@@ -592,14 +594,9 @@ def _install_033(
         set_name = vllm033.state().strategy_set
         _installation = _Installation(line, None, None, (set_name,), set_name)
     vllm_platform.set_platform_hook(strategies=strategies, plugin_manager=plugin_manager)
-    logs.info(
-        "kvrules.vllm.installed",
-        strategy_set=set_name,
-        vllm_version=vllm_version(),
-        vllm_line=line.releases,
-        replaced=[f"{vllm_platform.current_platform_class().__qualname__}.{vllm_platform.HOOK_NAME}"],
-        engine_start=_engine_start_platform.__qualname__ if _engine_start_platform is not None else None,
-    )
+    hook = f"{vllm_platform.current_platform_class().__qualname__}.{vllm_platform.HOOK_NAME}"
+    wrapped = _engine_start_platform.__qualname__ if _engine_start_platform is not None else None
+    _log_installed(set_name, line, [hook], wrapped)
 
 
 _engine_start_platform: type | None = None
