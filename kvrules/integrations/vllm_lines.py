@@ -226,14 +226,10 @@ def detect(import_module: Callable[[str], ModuleType | None] = _import) -> VllmL
         return report.line
     found = "; ".join(f"as {name}: {', '.join(why)}" for name, why in report.mismatches.items())
     raise UnknownVllmSeamError(
-        f"the installed vLLM ({_version()}) has a KV-cache planning seam kvrules does not know. "
+        f"the installed vLLM (vllm {vllm_version()}) has a KV-cache planning seam kvrules does not know. "
         f"Looked for {looked_for()}. Found {found}. kvrules leaves vLLM's own planner in place; use "
         "a vLLM of a supported line, or a kvrules release that supports this one"
     )
-
-
-def _version() -> str:
-    return f"vllm {vllm_version()}"
 
 
 __all__ = [
