@@ -44,6 +44,8 @@ from kvrules.decisions import Decision
 from kvrules.errors import KVRulesError
 from kvrules.hf import HFModel, HFOptions, build_hf_model
 from kvrules.integrations import vllm_log as vllm_log_lines
+from kvrules.integrations.vllm_config import config_value
+from kvrules.integrations.vllm_lines import LINES
 from kvrules.pipeline import Planner
 from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
@@ -61,7 +63,7 @@ MLA_HYBRID_BLOCK = 128
 #: sets it before ``update_block_size_for_backend`` runs; 0.33: that method prefers it)
 CPU_BASE_BLOCK = 128
 #: the line -> the preset that reproduces it (its aligners are vLLM's own rule)
-LINE_PRESETS = {"0.28": "vllm-0.28", "0.32": "vllm-0.33", "0.33": "vllm-0.33"}
+LINE_PRESETS: dict[str, str] = {name: line.preset for name, line in LINES.items()}
 #: speculative methods whose draft is the target's own MTP layers
 MTP_METHODS = ("mtp",)
 
@@ -137,9 +139,7 @@ _last: Decision | None = None
 
 # -- reading vLLM's config -------------------------------------------------------------------
 def _attr(root: Any, path: str, default: Any = None) -> Any:
-    value = root
-    for part in path.split("."):
-        value = getattr(value, part, None) if value is not None else None
+    value = config_value(root, path)
     return default if value is None else value
 
 
@@ -517,6 +517,11 @@ def _record(decision: Decision) -> Decision:
     return decision
 
 
+def _stands(outcome: str, why: str) -> Decision:
+    """Record that vLLM's block sizes stand (``outcome``: ``declined`` or ``failed``), and why."""
+    return _record(Decision(STAGE, RULE, outcome, None, f"{why}; vLLM's block sizes stand."))
+
+
 def last_decision() -> Decision | None:
     """The decision of the latest engine-start alignment in this process (``None``: none yet)."""
     with _lock:
@@ -540,23 +545,15 @@ def align_engine_start(
     """
     resolved = view or real_view()
     if not extra_aligners(planner, line):
-        return _record(
-            Decision(
-                STAGE,
-                RULE,
-                "declined",
-                None,
-                f"the active set {planner.strategies.name!r} has no aligner beyond vLLM's own; vLLM's block sizes stand.",
-            )
+        return _stands(
+            "declined", f"the active set {planner.strategies.name!r} has no aligner beyond vLLM's own"
         )
     try:
         choice = choose(vllm_config, planner, line, resolved, before)
     except Declined as why:
-        return _record(Decision(STAGE, RULE, "declined", None, f"{why}; vLLM's block sizes stand."))
+        return _stands("declined", str(why))
     except Exception as exc:  # never stop an engine vLLM would start: record and keep vLLM's choice
-        return _record(
-            Decision(STAGE, RULE, "failed", None, f"{type(exc).__name__}: {exc}; vLLM's block sizes stand.")
-        )
+        return _stands("failed", f"{type(exc).__name__}: {exc}")
     apply(vllm_config, choice)
     return _record(
         Decision(
