@@ -62,12 +62,6 @@ vllm_log = vllm_log_lines.vllm_log
 
 #: the module whose functions :func:`install` replaces (0.27-0.32)
 UTILS_MODULE = vllm_lines.UTILS_MODULE
-#: the functions :func:`install` replaces, by name
-DROP_IN_NAMES: tuple[str, ...] = (
-    "unify_kv_cache_spec_page_size",
-    "get_kv_cache_groups",
-    "get_kv_cache_configs",
-)
 #: environment variable read by the vLLM general plugin (see :func:`vllm_general_plugin`)
 STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
 DEFAULT_STRATEGIES = "vllm"
@@ -476,6 +470,8 @@ _DROP_INS: dict[str, Callable[..., Any]] = {
     "get_kv_cache_groups": get_kv_cache_groups,
     "get_kv_cache_configs": get_kv_cache_configs,
 }
+#: the functions :func:`install` replaces (0.28 line), by name
+DROP_IN_NAMES: tuple[str, ...] = tuple(_DROP_INS)
 
 
 # -- install / uninstall ---------------------------------------------------------------------
