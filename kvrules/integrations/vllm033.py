@@ -287,10 +287,7 @@ def answer_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str
 
 
 def _applied_route(decisions: Sequence[Any]) -> str | None:
-    for d in decisions:
-        if d.stage == "route" and d.outcome == "applied":
-            return str(d.rule)
-    return None
+    return next((str(d.rule) for d in decisions if d.stage == "route" and d.outcome == "applied"), None)
 
 
 def get_kv_cache_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
@@ -413,13 +410,9 @@ def announce(st: BuilderState, plan: WorkerPlan) -> None:
         _announced.add(key)
     logs.info("kvrules.vllm.planned", **fields)
     vllm_log.info(
-        "kvrules planned the KV cache (strategy set %s): %d layers in %d groups, %d blocks of %d bytes (%s)",
-        st.strategy_set,
-        layers,
-        len(plan.groups),
-        plan.num_blocks,
-        fields["block_bytes"],
-        plan.layout,
+        "kvrules planned the KV cache (strategy set %(strategy_set)s): %(layers)d layers in %(groups)d "
+        "groups, %(num_blocks)d blocks of %(block_bytes)d bytes (%(layout)s)",
+        fields,
     )
 
 
