@@ -416,10 +416,8 @@ def extra_aligners(planner: Planner, line: str) -> list[str]:
 
 
 def _applied_aligner(model: HFModel) -> tuple[str, str]:
-    for d in model.decisions:
-        if d.stage == STAGE and d.outcome == "applied" and d.layer is None:
-            return d.rule, d.reason
-    return RULE, "no aligner applied"
+    applied = (d for d in model.decisions if d.stage == STAGE and d.outcome == "applied" and d.layer is None)
+    return next(((d.rule, d.reason) for d in applied), (RULE, "no aligner applied"))
 
 
 @dataclass(frozen=True)
@@ -453,17 +451,14 @@ def reproduce_vllm(model: EngineModel, planner: Planner, line: str, theirs: Bloc
     """
     specs = _build(model, LINE_PRESETS[line], planner).specs
     names = followers(specs, theirs.block_size)
-    mamba = _mamba(specs)
-    real = max((s.real_page_size_bytes for s in mamba.values()), default=None)
+    real = max((s.real_page_size_bytes for s in specs.values() if isinstance(s, MambaSpec)), default=None)
     if not names:
         blocks = sorted({s.block_size for s in specs.values() if isinstance(s, AttentionSpec)})
         raise Declined(
             f"kvrules' reading of vLLM's rule puts the attention layers at blocks {blocks}, but vLLM "
             f"chose {theirs.block_size}; kvrules reads this model differently from vLLM"
         )
-    check_reading(
-        values_of({n: specs[n] for n in names} | mamba, names), theirs, model.options.mamba_cache_mode, real
-    )
+    check_reading(values_of(specs, names), theirs, model.options.mamba_cache_mode, real)
     return VllmSide(specs, names, real)
 
 
@@ -484,17 +479,13 @@ def choose(
     side = reproduce_vllm(model, planner, line, theirs)
     built = _build(model, planner.strategies.names(), planner)
     chosen = built.specs
-    values = values_of({n: chosen[n] for n in side.followers} | _mamba(chosen), side.followers)
+    values = values_of(chosen, side.followers)
     aligner, reason = _applied_aligner(built)
     if agree(values, theirs, mode, side.mamba_page) or aligner not in extra_aligners(planner, line):
         raise Declined(f"kvrules' choice is vLLM's ({aligner}: {reason})")
     check_expressible(planner, express(side.specs, side.followers, values, mode), chosen)
     check_kernels(vllm_config, backends, [values.block_size, *(chosen[n].block_size for n in side.followers)])
     return Choice(values, theirs, aligner, reason)
-
-
-def _mamba(specs: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
-    return {n: s for n, s in specs.items() if isinstance(s, MambaSpec)}
 
 
 def apply(vllm_config: Any, choice: Choice) -> None:
