@@ -62,12 +62,6 @@ vllm_log = vllm_log_lines.vllm_log
 
 #: the module whose functions :func:`install` replaces (0.27-0.32)
 UTILS_MODULE = vllm_lines.UTILS_MODULE
-#: the functions :func:`install` replaces, by name
-DROP_IN_NAMES: tuple[str, ...] = (
-    "unify_kv_cache_spec_page_size",
-    "get_kv_cache_groups",
-    "get_kv_cache_configs",
-)
 #: environment variable read by the vLLM general plugin (see :func:`vllm_general_plugin`)
 STRATEGIES_ENV = "KVRULES_VLLM_STRATEGIES"
 DEFAULT_STRATEGIES = "vllm"
@@ -103,13 +97,6 @@ def _spec_builder(classes: VllmClasses, cache: ConversionCache | None) -> SpecBu
     return build
 
 
-def _group_spec(group: KVCacheGroup, classes: VllmClasses, build: SpecBuilder) -> Any:
-    spec = build(group.spec, group.layer_names[0] if group.layer_names else "<empty group>")
-    return classes.KVCacheGroupSpec(
-        list(group.layer_names), spec, is_eagle_group=group.is_eagle_group and bool(group.layer_names)
-    )
-
-
 def _tensor(tensor: Any, classes: VllmClasses) -> Any:
     names = set(getattr(classes.KVCacheTensor, "__dataclass_fields__", {}))
     kwargs: dict[str, Any] = {"size": tensor.size, "shared_by": list(tensor.shared_by)}
@@ -134,11 +121,10 @@ def to_kv_cache_config(
     :param cache: the conversions to reuse and extend (an adapter's); one for this call when omitted.
     """
     resolved = classes if classes is not None else vllm_classes()
-    build = _spec_builder(resolved, cache)
     return resolved.KVCacheConfig(
         num_blocks=worker.num_blocks,
         kv_cache_tensors=[_tensor(t, resolved) for t in worker.tensors],
-        kv_cache_groups=[_group_spec(g, resolved, build) for g in worker.groups],
+        kv_cache_groups=to_kv_cache_groups(worker.groups, classes=resolved, cache=cache),
     )
 
 
@@ -161,7 +147,14 @@ def to_kv_cache_groups(
     """vLLM's ``KVCacheGroupSpec`` list for kvrules groups (``cache``: as :func:`to_kv_cache_config`)."""
     resolved = classes if classes is not None else vllm_classes()
     build = _spec_builder(resolved, cache)
-    return [_group_spec(g, resolved, build) for g in groups]
+    return [
+        resolved.KVCacheGroupSpec(
+            list(g.layer_names),
+            build(g.spec, g.layer_names[0] if g.layer_names else "<empty group>"),
+            is_eagle_group=g.is_eagle_group and bool(g.layer_names),
+        )
+        for g in groups
+    ]
 
 
 # -- the adapter -----------------------------------------------------------------------------
@@ -430,12 +423,17 @@ def _adapter() -> VllmAdapter:
         return _default_adapter
 
 
-def _answer(seam: str, layers: Iterable[str], ours: Callable[[], Any], args: tuple[Any, ...]) -> Any:
-    """``ours()``, through the fallback when :func:`install` replaced vLLM's ``seam`` (vLLM's own
-    function answers where kvrules cannot); called directly, kvrules' answer or its error."""
+def _answer(seam: str, layers: Iterable[str], *args: Any) -> Any:
+    """The adapter's method ``seam`` on ``args``, through the fallback when :func:`install`
+    replaced vLLM's ``seam`` (vLLM's own function answers where kvrules cannot); called
+    directly, kvrules' answer or its error."""
     with _lock:
         inst = _installation
     patches = inst.patches if inst is not None and inst.line.name == "0.28" else None
+
+    def ours() -> Any:
+        return getattr(_adapter(), seam)(*args)
+
     if patches is None:
         return ours()
     return fallback.answer(
@@ -446,20 +444,14 @@ def _answer(seam: str, layers: Iterable[str], ours: Callable[[], Any], args: tup
 def unify_kv_cache_spec_page_size(kv_cache_spec: dict[str, Any]) -> dict[str, Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
     return _answer(  # type: ignore[no-any-return]
-        "unify_kv_cache_spec_page_size",
-        kv_cache_spec,
-        lambda: _adapter().unify_kv_cache_spec_page_size(kv_cache_spec),
-        (kv_cache_spec,),
+        "unify_kv_cache_spec_page_size", kv_cache_spec, kv_cache_spec
     )
 
 
 def get_kv_cache_groups(vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
     return _answer(  # type: ignore[no-any-return]
-        "get_kv_cache_groups",
-        kv_cache_spec,
-        lambda: _adapter().get_kv_cache_groups(vllm_config, kv_cache_spec),
-        (vllm_config, kv_cache_spec),
+        "get_kv_cache_groups", kv_cache_spec, vllm_config, kv_cache_spec
     )
 
 
@@ -467,11 +459,9 @@ def get_kv_cache_configs(
     vllm_config: Any, kv_cache_specs: list[dict[str, Any]], available_memory: list[int]
 ) -> list[Any]:
     """Drop-in for vLLM 0.28's function of that name (the installed strategy set, else ``vllm``)."""
+    layers = [name for worker in kv_cache_specs for name in worker]
     return _answer(  # type: ignore[no-any-return]
-        "get_kv_cache_configs",
-        [name for worker in kv_cache_specs for name in worker],
-        lambda: _adapter().get_kv_cache_configs(vllm_config, kv_cache_specs, available_memory),
-        (vllm_config, kv_cache_specs, available_memory),
+        "get_kv_cache_configs", layers, vllm_config, kv_cache_specs, available_memory
     )
 
 
@@ -480,6 +470,8 @@ _DROP_INS: dict[str, Callable[..., Any]] = {
     "get_kv_cache_groups": get_kv_cache_groups,
     "get_kv_cache_configs": get_kv_cache_configs,
 }
+#: the functions :func:`install` replaces (0.28 line), by name
+DROP_IN_NAMES: tuple[str, ...] = tuple(_DROP_INS)
 
 
 # -- install / uninstall ---------------------------------------------------------------------
@@ -499,8 +491,7 @@ def resolve_strategies(strategies: StrategySpec, line: VllmLine) -> StrategySpec
         return line.preset
     if isinstance(strategies, str):
         return vllm033.parse_strategies(strategies, line.preset)
-    names = [line.preset if n == "auto" else n for n in strategies]
-    return names
+    return [line.preset if n == "auto" else n for n in strategies]
 
 
 def install(strategies: StrategySpec = None, *, plugin_manager: KVRulesPluginManager | None = None) -> None:
@@ -574,13 +565,17 @@ def _patch_line(
         if line.name == "0.32":
             vllm032.bind(patches)
     wrapped = _wrap_engine_start(line)
+    _log_installed(set_name, line, patches.names(), wrapped)
+
+
+def _log_installed(set_name: str, line: VllmLine, replaced: list[str], engine_start: str | None) -> None:
     logs.info(
         "kvrules.vllm.installed",
         strategy_set=set_name,
         vllm_version=vllm_version(),
         vllm_line=line.releases,
-        replaced=patches.names(),
-        engine_start=wrapped,
+        replaced=replaced,
+        engine_start=engine_start,
     )
 
 
@@ -595,14 +590,9 @@ def _install_033(
         set_name = vllm033.state().strategy_set
         _installation = _Installation(line, None, None, (set_name,), set_name)
     vllm_platform.set_platform_hook(strategies=strategies, plugin_manager=plugin_manager)
-    logs.info(
-        "kvrules.vllm.installed",
-        strategy_set=set_name,
-        vllm_version=vllm_version(),
-        vllm_line=line.releases,
-        replaced=[f"{vllm_platform.current_platform_class().__qualname__}.{vllm_platform.HOOK_NAME}"],
-        engine_start=_engine_start_platform.__qualname__ if _engine_start_platform is not None else None,
-    )
+    hook = f"{vllm_platform.current_platform_class().__qualname__}.{vllm_platform.HOOK_NAME}"
+    wrapped = _engine_start_platform.__qualname__ if _engine_start_platform is not None else None
+    _log_installed(set_name, line, [hook], wrapped)
 
 
 _engine_start_platform: type | None = None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kvrules.integrations import vllm033
 from kvrules.integrations import vllm_fallback as fallback
@@ -40,6 +40,7 @@ LINE = "0.32"
 #: the route on which vLLM 0.32 annotates EAGLE groups (its shortcuts and packed path return first)
 ANNOTATED_ROUTE = "unified-page"
 
+T = TypeVar("T")
 _patches: Patches | None = None
 
 
@@ -120,42 +121,39 @@ def kvrules_config(vllm_config: Any, kv_cache_groups: list[Any], available_memor
 
 
 # -- the drop-ins (vLLM 0.32's signatures) -----------------------------------------------------
+def _answer(kind: fallback.Kind, name: str, ours: Callable[..., T], vllm_config: Any, *args: Any) -> T:
+    """``ours(vllm_config, *args)`` through the fallback, vLLM's own function ``name`` answering
+    where kvrules cannot; the layers are those of ``args[0]`` (the specs, or the groups placed)."""
+    layers = args[0] if kind == fallback.GROUPING else vllm033.group_layers(args[0])
+    found: T = fallback.answer(
+        kind, name, LINE, layers, lambda: ours(vllm_config, *args), lambda: _vllm(name)(vllm_config, *args)
+    )
+    return found
+
+
 def get_kv_cache_groups(vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
     """Drop-in for vLLM 0.29-0.32's ``kv_cache_utils.get_kv_cache_groups``."""
-    return fallback.answer(
-        fallback.GROUPING,
-        "get_kv_cache_groups",
-        LINE,
-        kv_cache_spec,
-        lambda: kvrules_groups(vllm_config, kv_cache_spec),
-        lambda: _vllm("get_kv_cache_groups")(vllm_config, kv_cache_spec),
-    )
+    return _answer(fallback.GROUPING, "get_kv_cache_groups", kvrules_groups, vllm_config, kv_cache_spec)
 
 
 def _pool_bytes_per_block(vllm_config: Any, kv_cache_groups: list[Any]) -> int:
     """Drop-in for vLLM 0.29-0.32's ``kv_cache_utils._pool_bytes_per_block``."""
-    found: int = fallback.answer(
-        fallback.PLACEMENT,
-        "_pool_bytes_per_block",
-        LINE,
-        vllm033.group_layers(kv_cache_groups),
-        lambda: kvrules_bytes_per_block(vllm_config, kv_cache_groups),
-        lambda: _vllm("_pool_bytes_per_block")(vllm_config, kv_cache_groups),
+    return _answer(
+        fallback.PLACEMENT, "_pool_bytes_per_block", kvrules_bytes_per_block, vllm_config, kv_cache_groups
     )
-    return found
 
 
 def get_kv_cache_config_from_groups(
     vllm_config: Any, kv_cache_groups: list[Any], available_memory: int
 ) -> Any:
     """Drop-in for vLLM 0.29-0.32's ``kv_cache_utils.get_kv_cache_config_from_groups``."""
-    return fallback.answer(
+    return _answer(
         fallback.PLACEMENT,
         "get_kv_cache_config_from_groups",
-        LINE,
-        vllm033.group_layers(kv_cache_groups),
-        lambda: kvrules_config(vllm_config, kv_cache_groups, available_memory),
-        lambda: _vllm("get_kv_cache_config_from_groups")(vllm_config, kv_cache_groups, available_memory),
+        kvrules_config,
+        vllm_config,
+        kv_cache_groups,
+        available_memory,
     )
 
 

@@ -36,7 +36,7 @@ from kvrules.integrations.vllm033_specs import carried_fields, from_vllm033_spec
 from kvrules.integrations.vllm_config import config_value, read_vllm033_config
 from kvrules.integrations.vllm_lines import BUILDER_MODULE
 from kvrules.integrations.vllm_specs import ConversionCache, VllmClasses, VllmNotInstalledError, vllm_classes
-from kvrules.pipeline import Grouping, Planner
+from kvrules.pipeline import Planner
 from kvrules.plan import BackingTensor, KVCacheGroup, WorkerPlan, backing_tensors
 from kvrules.plugin.manager import KVRulesPluginManager, default_manager
 from kvrules.plugin.presets import StrategySpec
@@ -188,17 +188,6 @@ def reset() -> None:
 
 
 # -- grouping ------------------------------------------------------------------------------------
-def _grouping(
-    st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str, Any]
-) -> tuple[Grouping, dict[str, KVCacheSpec]]:
-    """The grouping and the kvrules spec of every input layer."""
-    settings = read_vllm033_config(vllm_config, grouping_only=True)
-    specs = {name: st.to_kvrules(spec, name) for name, spec in kv_cache_spec.items()}
-    grouping = st.planner.groups_of(specs, settings.engine)
-    st.decisions = grouping.decisions
-    return grouping, specs
-
-
 def _to_vllm_group(st: BuilderState, group: KVCacheGroup, originals: Mapping[str, Any]) -> Any:
     names = list(group.layer_names)
     first = names[0] if names else "<empty group>"
@@ -266,7 +255,10 @@ def answer_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str
     with _lock:
         _announced.clear()  # a new grouping: its placement is announced again
     originals = dict(kv_cache_spec)
-    grouping, given = _grouping(st, vllm_config, kv_cache_spec)
+    settings = read_vllm033_config(vllm_config, grouping_only=True)
+    given = {name: st.to_kvrules(spec, name) for name, spec in kv_cache_spec.items()}
+    grouping = st.planner.groups_of(given, settings.engine)
+    st.decisions = decisions = grouping.decisions
     replaced = {}
     if config_value(vllm_config, "scheduler_config.disable_hybrid_kv_cache_manager"):
         replaced = {  # vLLM converts these in place; other routes' promotions stay in the groups
@@ -277,7 +269,6 @@ def answer_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str
             and type(spec).__name__ != type(originals[name]).__name__
         }
     groups = [_to_vllm_group(st, g, originals) for g in grouping.groups]
-    decisions = st.decisions
     if groups:
         pool_bytes_per_block(st, vllm_config, groups)
         _worker_plan(st, vllm_config, groups, 1)
@@ -287,10 +278,7 @@ def answer_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: Mapping[str
 
 
 def _applied_route(decisions: Sequence[Any]) -> str | None:
-    for d in decisions:
-        if d.stage == "route" and d.outcome == "applied":
-            return str(d.rule)
-    return None
+    return next((str(d.rule) for d in decisions if d.stage == "route" and d.outcome == "applied"), None)
 
 
 def get_kv_cache_groups(st: BuilderState, vllm_config: Any, kv_cache_spec: dict[str, Any]) -> list[Any]:
@@ -413,13 +401,9 @@ def announce(st: BuilderState, plan: WorkerPlan) -> None:
         _announced.add(key)
     logs.info("kvrules.vllm.planned", **fields)
     vllm_log.info(
-        "kvrules planned the KV cache (strategy set %s): %d layers in %d groups, %d blocks of %d bytes (%s)",
-        st.strategy_set,
-        layers,
-        len(plan.groups),
-        plan.num_blocks,
-        fields["block_bytes"],
-        plan.layout,
+        "kvrules planned the KV cache (strategy set %(strategy_set)s): %(layers)d layers in %(groups)d "
+        "groups, %(num_blocks)d blocks of %(block_bytes)d bytes (%(layout)s)",
+        fields,
     )
 
 

@@ -33,20 +33,16 @@ from typing import Any
 from kvrules.errors import SpecError
 from kvrules.integrations.vllm_specs import (
     VllmClasses,
-    _check_page,
     _field_default,
-    _published_from_vllm,
     _to_kvrules_value,
     _where,
     built_for_vllm,
     built_from_vllm,
+    kinds_of,
     kvrules_class_of,
-    kvrules_classes_by_name,
     vllm_class_of,
     vllm_kwargs,
 )
-from kvrules.plugin.manager import default_manager
-from kvrules.specs.attention import AttentionSpec
 from kvrules.specs.base import KVCacheSpec
 
 #: vLLM 0.33 field -> kvrules field, where only the name differs (on classes having the target)
@@ -63,11 +59,6 @@ def _members_value(members: Mapping[str, Any], name: str) -> Any:
     """The value every member spec holds for ``name`` (``None`` when they differ or none has it)."""
     values = {getattr(m, name, None) for m in members.values()}
     return values.pop() if len(values) == 1 else None
-
-
-def _kinds(spec_types: Mapping[str, type[KVCacheSpec]] | None) -> dict[str, type[KVCacheSpec]]:
-    types = spec_types if spec_types is not None else default_manager().registries.spec_types.classes
-    return kvrules_classes_by_name(types)
 
 
 def _refuse(layer: str | None, vname: str, name: str, value: Any, default: Any) -> SpecError:
@@ -144,7 +135,6 @@ def _kwargs_from_vllm(
 def _from_vllm033(
     spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]], member: MemberConverter | None
 ) -> KVCacheSpec:
-    vname = type(spec).__name__
     kcls = kvrules_class_of(
         spec,
         layer,
@@ -154,11 +144,7 @@ def _from_vllm033(
         "register a kvrules spec type of that class name through a plugin",
     )
     kwargs = _kwargs_from_vllm(spec, layer, kcls, kinds, member)
-    kv = built_from_vllm(kcls, kwargs, layer, f"vLLM 0.33 {vname}")
-    if isinstance(kv, AttentionSpec):
-        kv = _published_from_vllm(kv)
-    _check_page(layer, kv, spec, "converting vLLM 0.33's")
-    return kv
+    return built_from_vllm(kcls, kwargs, spec, layer, "vLLM 0.33", published=True)
 
 
 def from_vllm033_spec(
@@ -175,14 +161,14 @@ def from_vllm033_spec(
     :raises SpecError: an unknown class, an unmodelled non-default field (naming layer and
         field), or a page that differs.
     """
-    return _from_vllm033(spec, layer, _kinds(spec_types), member)
+    return _from_vllm033(spec, layer, kinds_of(spec_types), member)
 
 
 def from_vllm033_specs(
     specs: Mapping[str, Any], *, spec_types: Mapping[str, type[KVCacheSpec]] | None = None
 ) -> dict[str, KVCacheSpec]:
     """:func:`from_vllm033_spec` for every layer (layer order kept)."""
-    kinds = _kinds(spec_types)
+    kinds = kinds_of(spec_types)
     return {name: _from_vllm033(spec, name, kinds, None) for name, spec in specs.items()}
 
 

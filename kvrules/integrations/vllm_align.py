@@ -44,6 +44,8 @@ from kvrules.decisions import Decision
 from kvrules.errors import KVRulesError
 from kvrules.hf import HFModel, HFOptions, build_hf_model
 from kvrules.integrations import vllm_log as vllm_log_lines
+from kvrules.integrations.vllm_config import config_value
+from kvrules.integrations.vllm_lines import LINES
 from kvrules.pipeline import Planner
 from kvrules.plugin.presets import BUILTIN_PRESETS
 from kvrules.specs import AttentionSpec, KVCacheSpec, MambaSpec
@@ -61,7 +63,7 @@ MLA_HYBRID_BLOCK = 128
 #: sets it before ``update_block_size_for_backend`` runs; 0.33: that method prefers it)
 CPU_BASE_BLOCK = 128
 #: the line -> the preset that reproduces it (its aligners are vLLM's own rule)
-LINE_PRESETS = {"0.28": "vllm-0.28", "0.32": "vllm-0.33", "0.33": "vllm-0.33"}
+LINE_PRESETS: dict[str, str] = {name: line.preset for name, line in LINES.items()}
 #: speculative methods whose draft is the target's own MTP layers
 MTP_METHODS = ("mtp",)
 
@@ -137,9 +139,7 @@ _last: Decision | None = None
 
 # -- reading vLLM's config -------------------------------------------------------------------
 def _attr(root: Any, path: str, default: Any = None) -> Any:
-    value = root
-    for part in path.split("."):
-        value = getattr(value, part, None) if value is not None else None
+    value = config_value(root, path)
     return default if value is None else value
 
 
@@ -416,10 +416,8 @@ def extra_aligners(planner: Planner, line: str) -> list[str]:
 
 
 def _applied_aligner(model: HFModel) -> tuple[str, str]:
-    for d in model.decisions:
-        if d.stage == STAGE and d.outcome == "applied" and d.layer is None:
-            return d.rule, d.reason
-    return RULE, "no aligner applied"
+    applied = (d for d in model.decisions if d.stage == STAGE and d.outcome == "applied" and d.layer is None)
+    return next(((d.rule, d.reason) for d in applied), (RULE, "no aligner applied"))
 
 
 @dataclass(frozen=True)
@@ -453,17 +451,14 @@ def reproduce_vllm(model: EngineModel, planner: Planner, line: str, theirs: Bloc
     """
     specs = _build(model, LINE_PRESETS[line], planner).specs
     names = followers(specs, theirs.block_size)
-    mamba = _mamba(specs)
-    real = max((s.real_page_size_bytes for s in mamba.values()), default=None)
+    real = max((s.real_page_size_bytes for s in specs.values() if isinstance(s, MambaSpec)), default=None)
     if not names:
         blocks = sorted({s.block_size for s in specs.values() if isinstance(s, AttentionSpec)})
         raise Declined(
             f"kvrules' reading of vLLM's rule puts the attention layers at blocks {blocks}, but vLLM "
             f"chose {theirs.block_size}; kvrules reads this model differently from vLLM"
         )
-    check_reading(
-        values_of({n: specs[n] for n in names} | mamba, names), theirs, model.options.mamba_cache_mode, real
-    )
+    check_reading(values_of(specs, names), theirs, model.options.mamba_cache_mode, real)
     return VllmSide(specs, names, real)
 
 
@@ -484,17 +479,13 @@ def choose(
     side = reproduce_vllm(model, planner, line, theirs)
     built = _build(model, planner.strategies.names(), planner)
     chosen = built.specs
-    values = values_of({n: chosen[n] for n in side.followers} | _mamba(chosen), side.followers)
+    values = values_of(chosen, side.followers)
     aligner, reason = _applied_aligner(built)
     if agree(values, theirs, mode, side.mamba_page) or aligner not in extra_aligners(planner, line):
         raise Declined(f"kvrules' choice is vLLM's ({aligner}: {reason})")
     check_expressible(planner, express(side.specs, side.followers, values, mode), chosen)
     check_kernels(vllm_config, backends, [values.block_size, *(chosen[n].block_size for n in side.followers)])
     return Choice(values, theirs, aligner, reason)
-
-
-def _mamba(specs: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
-    return {n: s for n, s in specs.items() if isinstance(s, MambaSpec)}
 
 
 def apply(vllm_config: Any, choice: Choice) -> None:
@@ -515,6 +506,11 @@ def _record(decision: Decision) -> Decision:
     level = logging.INFO if decision.outcome != "failed" else logging.WARNING
     vllm_log.log(level, "kvrules engine start (%s, %s): %s", decision.rule, decision.outcome, decision.reason)
     return decision
+
+
+def _stands(outcome: str, why: str) -> Decision:
+    """Record that vLLM's block sizes stand (``outcome``: ``declined`` or ``failed``), and why."""
+    return _record(Decision(STAGE, RULE, outcome, None, f"{why}; vLLM's block sizes stand."))
 
 
 def last_decision() -> Decision | None:
@@ -540,23 +536,15 @@ def align_engine_start(
     """
     resolved = view or real_view()
     if not extra_aligners(planner, line):
-        return _record(
-            Decision(
-                STAGE,
-                RULE,
-                "declined",
-                None,
-                f"the active set {planner.strategies.name!r} has no aligner beyond vLLM's own; vLLM's block sizes stand.",
-            )
+        return _stands(
+            "declined", f"the active set {planner.strategies.name!r} has no aligner beyond vLLM's own"
         )
     try:
         choice = choose(vllm_config, planner, line, resolved, before)
     except Declined as why:
-        return _record(Decision(STAGE, RULE, "declined", None, f"{why}; vLLM's block sizes stand."))
+        return _stands("declined", str(why))
     except Exception as exc:  # never stop an engine vLLM would start: record and keep vLLM's choice
-        return _record(
-            Decision(STAGE, RULE, "failed", None, f"{type(exc).__name__}: {exc}; vLLM's block sizes stand.")
-        )
+        return _stands("failed", f"{type(exc).__name__}: {exc}")
     apply(vllm_config, choice)
     return _record(
         Decision(

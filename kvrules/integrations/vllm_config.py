@@ -70,8 +70,6 @@ def extra_retained_tokens(vllm_config: Any) -> int:
     (a vLLM without that method never retains extra tokens), else 0.
     """
     spec = _get(vllm_config, "speculative_config", None)
-    if spec is None:
-        return 0
     multi = getattr(spec, "use_multi_module_mtp", None)
     if not callable(multi) or not multi():
         return 0

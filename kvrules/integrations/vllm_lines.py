@@ -134,6 +134,13 @@ SEAM_033 = (
     Expect("get_kv_cache_config_from_groups", ("self", "vllm_config", "kv_cache_groups", "num_blocks")),
 )
 
+#: each line's functions and ``KVCacheTensor`` fields
+_SEAMS: dict[str, tuple[tuple[Expect, ...], tuple[str, ...]]] = {
+    "0.28": (SEAM_028, SHARED_TENSOR_FIELDS),
+    "0.32": (SEAM_032, STRIDED_TENSOR_FIELDS),
+    "0.33": (SEAM_033, STRIDED_TENSOR_FIELDS),
+}
+
 
 def _import(name: str) -> ModuleType | None:
     try:
@@ -149,8 +156,9 @@ def _tensor_fields(interface: ModuleType | None) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _has(fields: Sequence[str], wanted: Sequence[str]) -> bool:
-    return all(name in fields for name in wanted)
+def _tensor_note(fields: Sequence[str], wanted: Sequence[str]) -> list[str]:
+    """Nothing when ``KVCacheTensor`` has every ``wanted`` field, else what it has (for the message)."""
+    return [] if all(name in fields for name in wanted) else [f"KVCacheTensor fields {list(fields)}"]
 
 
 def _missing(owner: Any, expects: Sequence[Expect]) -> list[str]:
@@ -177,41 +185,31 @@ def inspect_seam(import_module: Callable[[str], ModuleType | None] = _import) ->
         )
     fields = _tensor_fields(import_module(INTERFACE_MODULE))
     builder = import_module(BUILDER_MODULE)
-    strided = _has(fields, STRIDED_TENSOR_FIELDS)
-    tensor_note = [] if strided else [f"KVCacheTensor fields {list(fields)}"]
     mismatches: dict[str, list[str]] = {}
     if builder is not None:
         base = getattr(builder, "KVCacheConfigBuilder", None)
-        found = (["no KVCacheConfigBuilder"] if base is None else _missing(base, SEAM_033)) + tensor_note
+        found = ["no KVCacheConfigBuilder"] if base is None else _missing(base, SEAM_033)
+        found += _tensor_note(fields, STRIDED_TENSOR_FIELDS)
         if not found:
             return SeamReport(LINES["0.33"], {})
         mismatches["0.33"] = found
     else:
         mismatches["0.33"] = [f"no {BUILDER_MODULE}"]
-        found = _missing(utils, SEAM_032) + tensor_note
-        if not found:
-            return SeamReport(LINES["0.32"], {})
-        mismatches["0.32"] = found
-        found = _missing(utils, SEAM_028)
-        if not _has(fields, SHARED_TENSOR_FIELDS):
-            found.append(f"KVCacheTensor fields {list(fields)}")
-        if not found:
-            return SeamReport(LINES["0.28"], {})
-        mismatches["0.28"] = found
+        for name in ("0.32", "0.28"):
+            seam, tensor = _SEAMS[name]
+            found = _missing(utils, seam) + _tensor_note(fields, tensor)
+            if not found:
+                return SeamReport(LINES[name], {})
+            mismatches[name] = found
     return SeamReport(None, mismatches)
 
 
 def looked_for() -> str:
     """Every line's seam in words (for error messages)."""
-    parts = [
-        f"{line.releases}: {', '.join(map(str, seam))} with KVCacheTensor({', '.join(tensor)})"
-        for line, seam, tensor in (
-            (LINES["0.28"], SEAM_028, SHARED_TENSOR_FIELDS),
-            (LINES["0.32"], SEAM_032, STRIDED_TENSOR_FIELDS),
-            (LINES["0.33"], SEAM_033, STRIDED_TENSOR_FIELDS),
-        )
-    ]
-    return "; ".join(parts)
+    return "; ".join(
+        f"{LINES[name].releases}: {', '.join(map(str, seam))} with KVCacheTensor({', '.join(tensor)})"
+        for name, (seam, tensor) in _SEAMS.items()
+    )
 
 
 def detect(import_module: Callable[[str], ModuleType | None] = _import) -> VllmLine:
@@ -226,14 +224,10 @@ def detect(import_module: Callable[[str], ModuleType | None] = _import) -> VllmL
         return report.line
     found = "; ".join(f"as {name}: {', '.join(why)}" for name, why in report.mismatches.items())
     raise UnknownVllmSeamError(
-        f"the installed vLLM ({_version()}) has a KV-cache planning seam kvrules does not know. "
+        f"the installed vLLM (vllm {vllm_version()}) has a KV-cache planning seam kvrules does not know. "
         f"Looked for {looked_for()}. Found {found}. kvrules leaves vLLM's own planner in place; use "
         "a vLLM of a supported line, or a kvrules release that supports this one"
     )
-
-
-def _version() -> str:
-    return f"vllm {vllm_version()}"
 
 
 __all__ = [

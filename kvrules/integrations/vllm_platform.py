@@ -28,7 +28,7 @@ from typing import Any
 from kvrules import logs
 from kvrules.integrations import vllm_align
 from kvrules.integrations.vllm033 import BUILDER_QUALNAME, remember_vllm_hook, select, state
-from kvrules.integrations.vllm_lines import LINES, detect
+from kvrules.integrations.vllm_lines import detect
 from kvrules.integrations.vllm_specs import VllmNotInstalledError
 from kvrules.pipeline import Planner
 from kvrules.plugin.manager import KVRulesPluginManager
@@ -37,7 +37,7 @@ from kvrules.plugin.presets import StrategySpec
 #: the platform classmethod that names the builder (vLLM 0.33)
 HOOK_NAME = "get_kv_cache_config_builder_cls"
 #: the presets reproducing each vLLM line
-LINE_PRESETS: dict[str, str] = {name: line.preset for name, line in LINES.items()}
+LINE_PRESETS = vllm_align.LINE_PRESETS
 
 _lock = threading.RLock()
 #: platform class -> the hook it had before :func:`set_platform_hook` (in its own ``__dict__``)

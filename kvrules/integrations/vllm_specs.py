@@ -165,8 +165,11 @@ def kvrules_classes_by_name(spec_types: Mapping[str, type[KVCacheSpec]]) -> dict
     return out
 
 
-def _default_spec_types() -> Mapping[str, type[KVCacheSpec]]:
-    return default_manager().registries.spec_types.classes
+def kinds_of(spec_types: Mapping[str, type[KVCacheSpec]] | None) -> dict[str, type[KVCacheSpec]]:
+    """:func:`kvrules_classes_by_name` of ``spec_types``, of every registered spec type when ``None``."""
+    return kvrules_classes_by_name(
+        spec_types if spec_types is not None else default_manager().registries.spec_types.classes
+    )
 
 
 # -- vLLM -> kvrules ---------------------------------------------------------------------------
@@ -230,16 +233,23 @@ def built_for_vllm(
 
 
 def built_from_vllm(
-    kcls: type[KVCacheSpec], kwargs: Mapping[str, Any], layer: str | None, what: str
+    kcls: type[KVCacheSpec], kwargs: dict[str, Any], spec: Any, layer: str | None, line: str, published: bool
 ) -> KVCacheSpec:
-    """``kcls(**kwargs)``, its refusal re-raised as a :class:`SpecError` naming the layer and ``what``
-    (``vLLM 0.33 FullAttentionSpec``)."""
+    """``kcls(**kwargs)``, kvrules' spec for the vLLM ``spec`` of ``line`` (``vLLM 0.33``): its
+    refusal re-raised as a :class:`SpecError` naming the layer and the class, vLLM's meaning of
+    the published fields given to an attention spec when ``published``, and its page checked
+    against ``spec``'s."""
+    what = f"{line} {type(spec).__name__}"
     try:
-        return kcls(**kwargs)
+        kv = kcls(**kwargs)
     except SpecError as exc:
         raise SpecError(f"{_where(layer)}: {what}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{_where(layer)}: {what} cannot be converted: {exc}") from None
+    if published and isinstance(kv, AttentionSpec):
+        kv = _published_from_vllm(kv)
+    _check_page(layer, kv, spec, f"converting {line}'s")
+    return kv
 
 
 def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpec]]) -> KVCacheSpec:
@@ -266,11 +276,7 @@ def _from_vllm(spec: Any, layer: str | None, kinds: Mapping[str, type[KVCacheSpe
                 f"(only its default {default!r} can be planned exactly); plan this model with vLLM's own "
                 "planner (kvrules.integrations.vllm.uninstall())"
             )
-    kv = built_from_vllm(kcls, kwargs, layer, f"vLLM {vname}")
-    if isinstance(kv, AttentionSpec) and _publishes_fields(spec):
-        kv = _published_from_vllm(kv)
-    _check_page(layer, kv, spec, "converting vLLM's")
-    return kv
+    return built_from_vllm(kcls, kwargs, spec, layer, "vLLM", _publishes_fields(spec))
 
 
 _PUBLISHED_FIELDS = ("num_head_slots", "state_content_bytes")
@@ -326,8 +332,7 @@ def from_vllm_spec(
     :param spec_types: kvrules type name -> class; every registered spec type by default.
     :raises SpecError: an unknown spec class, an unmodelled non-default field, or a page mismatch.
     """
-    kinds = kvrules_classes_by_name(spec_types if spec_types is not None else _default_spec_types())
-    return _from_vllm(spec, layer, kinds)
+    return _from_vllm(spec, layer, kinds_of(spec_types))
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
@@ -378,7 +383,7 @@ def from_vllm_specs(
 ) -> dict[str, KVCacheSpec]:
     """:func:`from_vllm_spec` for every layer of ``specs`` (layer order kept; each distinct spec
     is converted once)."""
-    kinds = kvrules_classes_by_name(spec_types if spec_types is not None else _default_spec_types())
+    kinds = kinds_of(spec_types)
     return _convert_each(specs, lambda spec, name: _from_vllm(spec, name, kinds))
 
 
@@ -486,8 +491,6 @@ def _to_vllm_value(
         return _enum_member(type(default), value.name, layer, name, classes)
     if name == "mamba_type" and isinstance(default, enum.Enum):
         return _enum_member(type(default), str(value).upper(), layer, name, classes)
-    if name == "kv_cache_specs":
-        return {member: _to_vllm(spec, member, classes) for member, spec in value.items()}
     return value
 
 
@@ -529,7 +532,7 @@ def vllm_kwargs(
     classes: VllmClasses,
     vcls: type,
     *,
-    members: Callable[[Mapping[str, KVCacheSpec]], dict[str, Any]] | None = None,
+    members: Callable[[Mapping[str, KVCacheSpec]], dict[str, Any]],
     renamed: Mapping[str, str] | None = None,
     implied: Callable[[str, Any], bool] | None = None,
 ) -> dict[str, Any]:
@@ -560,7 +563,7 @@ def vllm_kwargs(
                     f"vLLM {classes.version}'s {vcls.__name__} has no field {field.name!r}"
                 )
             continue
-        if field.name == "kv_cache_specs" and members is not None:
+        if field.name == "kv_cache_specs":
             kwargs[name] = members(value)
         else:
             kwargs[name] = _to_vllm_value(field.name, value, vfield, layer, classes)
@@ -571,8 +574,10 @@ def _to_vllm(
     spec: KVCacheSpec, layer: str | None, classes: VllmClasses, member: MemberBuilder | None = None
 ) -> Any:
     vcls = vllm_class_of(spec, layer, classes)
-    members = None if member is None else (lambda specs: {name: member(s, name) for name, s in specs.items()})
-    kwargs = vllm_kwargs(spec, layer, classes, vcls, members=members)
+    each = member if member is not None else (lambda kv, name: _to_vllm(kv, name, classes))
+    kwargs = vllm_kwargs(
+        spec, layer, classes, vcls, members=lambda specs: {n: each(s, n) for n, s in specs.items()}
+    )
     return built_for_vllm(vcls, kwargs, spec, layer, classes, "building vLLM's")
 
 
