@@ -28,6 +28,7 @@ from kvrules.decisions import OUTCOMES, STAGES
 from kvrules.errors import KVRulesError, PluginError
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan, WorkerPlan
+from kvrules.plugin.answers import spec_problem
 from kvrules.plugin.manager import BUILTIN_PLUGINS, KVRulesPluginManager, get_plugin_manager
 from kvrules.plugin.presets import StrategySet
 from kvrules.plugin.registry import Registries, RuleRegistry, SpecTypeRegistry
@@ -437,25 +438,19 @@ def _expect_spec_error(who: str, what: str, fn: Callable[[], Any]) -> None:
 
 
 def _check_sizes(who: str, spec: KVCacheSpec) -> None:
-    page = spec.page_size_bytes
-    if isinstance(page, bool) or not isinstance(page, int) or page <= 0:
-        raise fail(who, f"page_size_bytes is {page!r}", "return a positive int")
-    real = spec.real_page_size_bytes
-    unpadded = spec.unpadded_page_size_bytes
-    if not 0 < real <= unpadded <= page:
-        raise fail(
-            who,
-            f"real {real} <= unpadded {unpadded} <= page {page} bytes does not hold",
-            "padding only adds bytes; the real state fits the unpadded page",
-        )
+    """The core's own checks of a spec's answers (:func:`~kvrules.plugin.answers.spec_problem`),
+    memory non-decreasing in ``max_model_len``, the page doubling with ``block_size`` if it says so."""
     previous = -1
     for length in (1, 17, 4096, 65536):
-        need = spec.max_memory_usage_bytes(EngineConfig(max_model_len=length))
-        if isinstance(need, bool) or not isinstance(need, int) or need < 0:
-            raise fail(who, f"max_memory_usage_bytes returned {need!r}", "return a non-negative int")
+        config = EngineConfig(max_model_len=length)
+        problem = spec_problem(spec, config)
+        if problem:
+            raise fail(who, f"it {problem}", "keep the KVCacheSpec contract (see kvrules.plugin.answers)")
+        need = spec.max_memory_usage_bytes(config)
         if need < previous:
             raise fail(who, f"memory for {length} tokens is less than for fewer", "make it non-decreasing")
         previous = need
+    page = spec.page_size_bytes
     if spec.page_scales_with_block_size and spec.padding_bytes == 0:
         doubled = spec.evolve(block_size=spec.block_size * 2)
         if doubled.page_size_bytes != 2 * page:
