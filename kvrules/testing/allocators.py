@@ -125,8 +125,16 @@ def _allocate_all(who: str, plan: Plan, device: str, pm: KVRulesPluginManager, *
     return done
 
 
-def check_allocator_contract(allocator: Any, plan: Plan | None = None, *, device: str = "meta") -> None:
-    """See :func:`kvrules.testing.check_allocator`."""
+def check_allocator(allocator: Any, plan: Plan | None = None, *, device: str = "meta") -> None:
+    """Check an allocator's contract on ``device`` (``"meta"``: no memory, no GPU).
+
+    Name and priority valid; ``supports("meta")`` answers a bool; allocating every worker of
+    ``plan`` on ``device`` gives buffers matching the plan's tensors and a view for every layer;
+    ``verify()`` (if present) accepts the result; bad requests raise ``KVRulesError``.
+
+    :param plan: the plan to allocate (default: a small hybrid model with the default planner).
+    :raises ConformanceError: the first broken contract.
+    """
     who = _check_named(allocator, Allocator, "allocator")
     overrides_allocate = type(allocator).allocate is not Allocator.allocate
     if type(allocator).supports is Allocator.supports:
@@ -157,6 +165,10 @@ def check_allocator_contract(allocator: Any, plan: Plan | None = None, *, device
                 )
         if not any(d.rule == allocator.name and d.outcome == "applied" for d in allocation.decisions):
             raise fail(who, "no allocate decision names it", "let kvrules.allocate choose it (do not bypass)")
+
+
+#: this module's name of :func:`check_allocator` (published as :func:`kvrules.testing.check_allocator`)
+check_allocator_contract = check_allocator
 
 
 def check_view_layout(

@@ -46,7 +46,7 @@ from kvrules.plugin.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
-from kvrules.testing.allocators import MODEL_SAMPLES, check_allocator_contract, check_view_layout
+from kvrules.testing.allocators import MODEL_SAMPLES, check_allocator, check_view_layout
 from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import Scenario, sample_scenarios, sample_spec, samples_of
 
@@ -553,20 +553,6 @@ def check_spec_type(cls: type[KVCacheSpec], examples: Sequence[KVCacheSpec] | No
         _check_json(who, spec, types)
         _expect_spec_error(who, "block_size=0", lambda s=spec: s.evolve(block_size=0))  # type: ignore[misc]
         _expect_spec_error(who, "block_size='16'", lambda s=spec: s.evolve(block_size="16"))  # type: ignore[misc]
-
-
-# -- allocators ----------------------------------------------------------------------------------
-def check_allocator(allocator: Any, plan: Plan | None = None, *, device: str = "meta") -> None:
-    """Check an allocator's contract on ``device`` (``"meta"``: no memory, no GPU).
-
-    Name and priority valid; ``supports("meta")`` answers a bool; allocating every worker of
-    ``plan`` on ``device`` gives buffers matching the plan's tensors and a view for every layer;
-    ``verify()`` (if present) accepts the result; bad requests raise ``KVRulesError``.
-
-    :param plan: the plan to allocate (default: a small hybrid model with the default planner).
-    :raises ConformanceError: the first broken contract.
-    """
-    check_allocator_contract(allocator, plan, device=device)
 
 
 # -- whole plugins -------------------------------------------------------------------------------
