@@ -15,8 +15,8 @@ from kvrules.errors import KVRulesError
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan
 from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
-from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin
-from kvrules.plugin.rules import Check
+from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin, RuleRegistry
+from kvrules.plugin.rules import Check, Rule
 from kvrules.specs import KVCacheSpec
 from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import SAMPLE_SPEC_NAMES, Scenario, make_specs, sample_spec
@@ -27,18 +27,23 @@ SUBJECT = "kvrules-testing-subject"
 MODEL_SAMPLES: tuple[str, ...] = tuple(n for n in SAMPLE_SPEC_NAMES if n != "uniform-type")
 
 
-class _Subject:
-    """A plugin object registering one allocator or view layout."""
+class Subject:
+    """A plugin object registering the one rule, allocator or view layout a check is about."""
 
     def __init__(self, obj: Any) -> None:
         self.name = SUBJECT
         self._obj = obj
 
     @hookimpl
+    def kvrules_register_rules(self, registry: RuleRegistry) -> None:
+        if isinstance(self._obj, Rule):
+            registry.add(self._obj)
+
+    @hookimpl
     def kvrules_register_allocators(self, registry: AllocatorRegistry) -> None:
         if isinstance(self._obj, ViewLayout):
             registry.add_view_layout(self._obj)
-        else:
+        elif isinstance(self._obj, Allocator):
             registry.add(self._obj)
 
 
@@ -55,8 +60,7 @@ def _manager_with(obj: Any, view_layout: bool) -> KVRulesPluginManager:
                 "choose a unique name (prefix it with your plugin's name)",
             )
         return pm
-    subject = _Subject(obj)
-    return get_plugin_manager(autoload=False, plugins=[subject])
+    return get_plugin_manager(autoload=False, plugins=[Subject(obj)])
 
 
 def _check_named(obj: Any, base: type[NamedPlugin], what: str) -> str:

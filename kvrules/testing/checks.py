@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar
 
-from kvrules import hookimpl
 from kvrules.config import EngineConfig
 from kvrules.decisions import OUTCOMES, STAGES
 from kvrules.errors import KVRulesError, PluginError
@@ -46,7 +45,7 @@ from kvrules.plugin.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
-from kvrules.testing.allocators import MODEL_SAMPLES, check_allocator, check_view_layout
+from kvrules.testing.allocators import MODEL_SAMPLES, Subject, check_allocator, check_view_layout
 from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import Scenario, sample_scenarios, sample_spec, samples_of
 
@@ -179,18 +178,6 @@ def _check_rule_static(rule: Any) -> type[Rule]:
     return base
 
 
-class _SubjectPlugin:
-    """A plugin object registering one rule (used when the rule is not registered yet)."""
-
-    def __init__(self, rule: Rule) -> None:
-        self.name = "kvrules-testing-subject"
-        self._rule = rule
-
-    @hookimpl
-    def kvrules_register_rules(self, registry: RuleRegistry) -> None:
-        registry.add(self._rule)
-
-
 def _subject_manager(rule: Rule, pm: KVRulesPluginManager | None) -> KVRulesPluginManager:
     base = pm or get_plugin_manager(autoload=False)
     registered = base.registries.rules.rules.get(rule.name)
@@ -208,8 +195,7 @@ def _subject_manager(rule: Rule, pm: KVRulesPluginManager | None) -> KVRulesPlug
             "it is not registered in the plugin manager passed to check_rule",
             "register it through kvrules_register_rules, or omit plugin_manager=",
         )
-    plugin = _SubjectPlugin(rule)
-    return get_plugin_manager(autoload=False, plugins=[plugin])
+    return get_plugin_manager(autoload=False, plugins=[Subject(rule)])
 
 
 def _spy(rule: Rule, calls: Counter[str]) -> Rule:
