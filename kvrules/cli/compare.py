@@ -24,6 +24,7 @@ from kvrules.cli.common import (
     error_text,
     load_model,
     memory_from,
+    parse_set,
     plugin_manager_from,
 )
 from kvrules.config import EngineConfig
@@ -66,12 +67,6 @@ class SetResult:
     figures: dict[str, float | int | None] | None = None
     page_sizes: tuple[int, ...] = ()
     error: KVRulesError | None = None
-
-
-def parse_set(value: str) -> str | list[str]:
-    """One ``--strategies`` value as a preset/rule name or a rule list."""
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    return names[0] if len(names) == 1 else names
 
 
 def padding_slots(plan: Plan) -> int:
