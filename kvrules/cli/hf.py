@@ -129,15 +129,10 @@ def option_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _flags_given(args: argparse.Namespace) -> list[str]:
-    names = [
-        f"--{field.replace('_', '-')}"
-        for dest, field in OPTION_FLAGS.items()
-        if getattr(args, dest, None) is not None
-    ]
-    for dest in ("draft", "hf_reader"):
-        if getattr(args, dest, None) is not None:
-            names.append(f"--{dest.replace('_', '-')}")
-    return names
+    """The Hugging Face flags given (``--max-model-len`` applies to every model)."""
+    names = [field for field in option_overrides(args) if field != "max_model_len"]
+    names += [dest for dest in ("draft", "hf_reader") if getattr(args, dest, None) is not None]
+    return [f"--{name.replace('_', '-')}" for name in names]
 
 
 def reader_from(args: argparse.Namespace) -> str:
