@@ -40,6 +40,7 @@ FIXED_FLAGS = (
     "mamba_ssm_cache_dtype",
     "attention_backend",
     "draft_kv_cache_dtype",
+    "max_model_len",
 )
 
 #: the sweep table's columns
@@ -122,20 +123,13 @@ class SweepInput:
 
 def _fixed_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`HFOptions` fields set on the command line that no axis varies."""
-    fixed = {flag: getattr(args, flag) for flag in FIXED_FLAGS if getattr(args, flag, None) is not None}
-    if args.max_model_len is not None:
-        fixed["max_model_len"] = args.max_model_len
-    return fixed
+    return {flag: getattr(args, flag) for flag in FIXED_FLAGS if getattr(args, flag, None) is not None}
 
 
 def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Engine settings given on the command line."""
-    engine: dict[str, Any] = {}
-    if args.max_model_len is not None:
-        engine["max_model_len"] = args.max_model_len
-    if args.max_num_batched_tokens is not None:
-        engine["max_num_batched_tokens"] = args.max_num_batched_tokens
-    return engine
+    names = ("max_model_len", "max_num_batched_tokens")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def sweep_input(args: argparse.Namespace) -> SweepInput:
