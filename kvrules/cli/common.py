@@ -165,10 +165,8 @@ def engine_config(model: ModelFile, args: argparse.Namespace) -> EngineConfig:
 def apply_workers(model: ModelFile, args: argparse.Namespace) -> None:
     """``--workers N``: split the layers into N contiguous pipeline stages."""
     n = getattr(args, "workers", None)
-    if n is None:
+    if n is None:  # else at least 1: flags.WORKERS parsed it
         return
-    if n < 1:
-        raise ConfigError(f"--workers {n} must be >= 1")
     names = list(model.specs)
     if n > len(names):
         raise ConfigError(f"--workers {n} is more than the {len(names)} layers of the model")
