@@ -34,6 +34,7 @@ from kvrules.model import ModelFile
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan
 from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.report.summary import efficiency
 from kvrules.report.tables import table
 from kvrules.units import format_size
 
@@ -84,7 +85,6 @@ def padding_slots(plan: Plan) -> int:
 def figures_of(plan: Plan, label: str) -> SetResult:
     """The compared figures of one plan."""
     pages = tuple(sorted({s.page_size_bytes for s in plan.specs.values()}))
-    waste = getattr(plan, "waste", None)
     values: dict[str, float | int | None] = {
         "groups": len(plan.groups),
         "padding_slots": padding_slots(plan),
@@ -92,7 +92,7 @@ def figures_of(plan: Plan, label: str) -> SetResult:
         "num_blocks": plan.num_blocks,
         "max_concurrency": None if math.isinf(plan.max_concurrency) else plan.max_concurrency,
         "capacity_tokens": plan.capacity_tokens,
-        "efficiency": float(waste.efficiency) if waste is not None else None,
+        "efficiency": efficiency(plan),
         "max_model_len": plan.max_model_len,
     }
     return SetResult(label, plan.strategy_set, values, pages)
