@@ -15,7 +15,7 @@ import msgspec
 from kvrules.cli import flags
 from kvrules.errors import ConfigError, ModelFileError
 from kvrules.hf.backends import AUTO, BACKENDS
-from kvrules.hf.build import MTP, HFModelFile, model_from_hf
+from kvrules.hf.build import HFModelFile, model_from_hf
 from kvrules.hf.config import READERS
 from kvrules.hf.examples import load_hf_example
 from kvrules.hf.options import KV_CACHE_DTYPES, MAMBA_DTYPES, HFOptions
@@ -154,10 +154,9 @@ def hf_model_from_args(
         if getattr(args, "file", None) or example:
             raise ModelFileError("give one model: a model FILE, --example NAME, or --hf-config PATH")
         options = HFOptions.from_dict(option_overrides(args))
-        draft = getattr(args, "draft", None)
         model = model_from_hf(
             hf_config,
-            draft if draft != MTP else MTP,
+            getattr(args, "draft", None),
             options,
             strategies=strategies,
             plugin_manager=pm,

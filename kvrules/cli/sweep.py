@@ -21,7 +21,7 @@ from kvrules.cli.hf import reader_from
 from kvrules.cli.progress import Progress
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
-from kvrules.hf.build import MTP, build_hf_model
+from kvrules.hf.build import build_hf_model
 from kvrules.hf.config import READERS
 from kvrules.hf.examples import load_hf_example_info
 from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
@@ -150,9 +150,8 @@ def sweep_input(args: argparse.Namespace) -> SweepInput:
             {**example.engine, **engine},
         )
     elif args.hf_config:
-        draft = MTP if args.draft == MTP else args.draft
         found = SweepInput(
-            args.hf_config, draft, fixed, parse_sizes(args.memory) if args.memory else [], engine
+            args.hf_config, args.draft, fixed, parse_sizes(args.memory) if args.memory else [], engine
         )
     else:
         raise ModelFileError("give --hf-config PATH or --example hf-NAME")
