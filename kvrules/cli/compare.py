@@ -72,9 +72,8 @@ class SetResult:
 
 def padding_slots(plan: Plan) -> int:
     """Padding slots from the plan's waste report, else counted over shared-pool groups."""
-    waste = getattr(plan, "waste", None)
-    if waste is not None:
-        return int(waste.padding_slots)
+    if plan.waste is not None:
+        return plan.waste.padding_slots
     plain = [g for g in plan.groups if not g.spec.has_members and g.layer_names]
     if not plain:
         return 0
