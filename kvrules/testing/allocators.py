@@ -63,7 +63,9 @@ def _manager_with(obj: Any, view_layout: bool) -> KVRulesPluginManager:
     return get_plugin_manager(autoload=False, plugins=[Subject(obj)])
 
 
-def _check_named(obj: Any, base: type[NamedPlugin], what: str) -> str:
+def check_named(obj: Any, base: type[NamedPlugin], what: str) -> str:
+    """What a rule, allocator or view layout ``obj`` shares: an instance of ``base``, a frozen
+    dataclass, a one-line description, hashable. Returns how failures name it (``rule 'x'``)."""
     who = f"{what} {getattr(obj, 'name', obj)!r}"
     if not isinstance(obj, base):
         raise fail(
@@ -139,7 +141,7 @@ def check_allocator(allocator: Any, plan: Plan | None = None, *, device: str = "
     :param plan: the plan to allocate (default: a small hybrid model with the default planner).
     :raises ConformanceError: the first broken contract.
     """
-    who = _check_named(allocator, Allocator, "allocator")
+    who = check_named(allocator, Allocator, "allocator")
     overrides_allocate = type(allocator).allocate is not Allocator.allocate
     if type(allocator).supports is Allocator.supports:
         raise fail(who, "it does not implement supports(device)", "override Allocator.supports")
@@ -185,7 +187,7 @@ def check_view_layout(
     :return: the type names of the examples it supports (each once, in order).
     :raises ConformanceError: the first broken contract (including: it supports none of the examples).
     """
-    who = _check_named(layout, ViewLayout, "view layout")
+    who = check_named(layout, ViewLayout, "view layout")
     for method in ("supports", "build"):
         if getattr(type(layout), method) is getattr(ViewLayout, method):
             raise fail(who, f"it does not implement {method}()", f"override ViewLayout.{method}")

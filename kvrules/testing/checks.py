@@ -45,7 +45,7 @@ from kvrules.plugin.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
-from kvrules.testing.allocators import MODEL_SAMPLES, Subject, check_allocator, check_view_layout
+from kvrules.testing.allocators import MODEL_SAMPLES, Subject, check_allocator, check_named, check_view_layout
 from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import Scenario, sample_scenarios, sample_spec, samples_of
 
@@ -101,34 +101,14 @@ def _rule_base(rule: Rule) -> type[Rule]:
     )
 
 
-def _check_rule_class(who: str, rule: Any) -> None:
-    """A :class:`Rule` of a frozen dataclass."""
-    if not isinstance(rule, Rule):
-        raise fail(
-            who, f"{type(rule).__name__} does not derive from kvrules.plugin.rules.Rule", "use a rule base"
-        )
-    cls = type(rule)
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen:
-        raise fail(
-            who, f"{cls.__name__} is not a frozen dataclass", "decorate it with @dataclass(frozen=True)"
-        )
-
-
 def _check_rule_fields(who: str, rule: Rule) -> None:
-    """Known kind, valid name, integer priority, one-line description, hashable."""
+    """Known kind, valid name, integer priority."""
     if rule.kind not in RULE_KINDS:
         raise fail(who, f"kind {rule.kind!r} is unknown", f"use one of {', '.join(RULE_KINDS)}")
     if not NAME_PATTERN.match(rule.name):
         raise fail(who, "the name is invalid", "use lower-case words separated by dashes")
     if isinstance(rule.priority, bool) or not isinstance(rule.priority, int):
         raise fail(who, f"priority {rule.priority!r} is not an integer", "give an int priority")
-    if not isinstance(rule.description, str) or not rule.description.strip() or "\n" in rule.description:
-        raise fail(who, "the description is empty or spans lines", "give a one-line description")
-    try:
-        hash(rule)
-    except TypeError as exc:
-        raise fail(who, f"it is not hashable ({exc})", "keep the dataclass frozen with eq") from None
 
 
 def _check_rejects_invalid_names(who: str, rule: Rule) -> None:
@@ -165,8 +145,7 @@ def _check_actions(who: str, rule: Rule, base: type[Rule]) -> None:
 
 
 def _check_rule_static(rule: Any) -> type[Rule]:
-    who = f"rule {getattr(rule, 'name', rule)!r}"
-    _check_rule_class(who, rule)
+    who = check_named(rule, Rule, "rule")
     _check_rule_fields(who, rule)
     _check_rejects_invalid_names(who, rule)
     base = _rule_base(rule)
