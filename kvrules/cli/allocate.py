@@ -128,11 +128,6 @@ def render_allocation(allocation: Allocation, seconds: float, verified: bool | N
     return "\n".join(lines)
 
 
-def _import_torch() -> None:
-    """Import torch before timing, so the time shown is the allocation's, not the import's."""
-    import torch  # noqa: F401
-
-
 def _synchronize(device: str) -> None:
     if device.startswith("cuda"):
         import torch
@@ -145,7 +140,8 @@ def timed_allocate(
 ) -> tuple[Allocation, float]:
     """Allocate ``--worker`` of ``plan`` on ``--device``, and the seconds that took (torch's import
     excluded, the device synchronised)."""
-    _import_torch()
+    import torch  # noqa: F401  (imported before the clock starts)
+
     start = time.perf_counter()
     allocation = allocate(plan, args.device, args.worker, layout, allocator=args.allocator, plugin_manager=pm)
     _synchronize(allocation.device)

@@ -116,12 +116,15 @@ def error_text(exc: KVRulesError) -> str:
     return "\n".join([text, *(str(note) for note in notes)])
 
 
-def strategies_from(args: argparse.Namespace) -> str | list[str] | None:
-    """``--strategies`` values as a preset name or a rule list."""
-    if not args.strategies:
-        return None
-    names = [n.strip() for value in args.strategies for n in value.split(",") if n.strip()]
+def parse_set(value: str) -> str | list[str]:
+    """One ``--strategies`` value as a preset/rule name or a rule list."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
     return names[0] if len(names) == 1 else names
+
+
+def strategies_from(args: argparse.Namespace) -> str | list[str] | None:
+    """``--strategies`` values, the names of all of them in one, as a preset name or a rule list."""
+    return parse_set(",".join(args.strategies)) if args.strategies else None
 
 
 def load_model(args: argparse.Namespace, pm: KVRulesPluginManager) -> tuple[ModelFile, str]:
@@ -162,10 +165,8 @@ def engine_config(model: ModelFile, args: argparse.Namespace) -> EngineConfig:
 def apply_workers(model: ModelFile, args: argparse.Namespace) -> None:
     """``--workers N``: split the layers into N contiguous pipeline stages."""
     n = getattr(args, "workers", None)
-    if n is None:
+    if n is None:  # else at least 1: flags.WORKERS parsed it
         return
-    if n < 1:
-        raise ConfigError(f"--workers {n} must be >= 1")
     names = list(model.specs)
     if n > len(names):
         raise ConfigError(f"--workers {n} is more than the {len(names)} layers of the model")

@@ -24,6 +24,7 @@ from kvrules.cli.common import (
     error_text,
     load_model,
     memory_from,
+    parse_set,
     plugin_manager_from,
 )
 from kvrules.config import EngineConfig
@@ -33,6 +34,7 @@ from kvrules.model import ModelFile
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan
 from kvrules.plugin.manager import KVRulesPluginManager
+from kvrules.report.summary import efficiency
 from kvrules.report.tables import table
 from kvrules.units import format_size
 
@@ -68,17 +70,10 @@ class SetResult:
     error: KVRulesError | None = None
 
 
-def parse_set(value: str) -> str | list[str]:
-    """One ``--strategies`` value as a preset/rule name or a rule list."""
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    return names[0] if len(names) == 1 else names
-
-
 def padding_slots(plan: Plan) -> int:
     """Padding slots from the plan's waste report, else counted over shared-pool groups."""
-    waste = getattr(plan, "waste", None)
-    if waste is not None:
-        return int(waste.padding_slots)
+    if plan.waste is not None:
+        return plan.waste.padding_slots
     plain = [g for g in plan.groups if not g.spec.has_members and g.layer_names]
     if not plain:
         return 0
@@ -89,7 +84,6 @@ def padding_slots(plan: Plan) -> int:
 def figures_of(plan: Plan, label: str) -> SetResult:
     """The compared figures of one plan."""
     pages = tuple(sorted({s.page_size_bytes for s in plan.specs.values()}))
-    waste = getattr(plan, "waste", None)
     values: dict[str, float | int | None] = {
         "groups": len(plan.groups),
         "padding_slots": padding_slots(plan),
@@ -97,7 +91,7 @@ def figures_of(plan: Plan, label: str) -> SetResult:
         "num_blocks": plan.num_blocks,
         "max_concurrency": None if math.isinf(plan.max_concurrency) else plan.max_concurrency,
         "capacity_tokens": plan.capacity_tokens,
-        "efficiency": float(waste.efficiency) if waste is not None else None,
+        "efficiency": efficiency(plan),
         "max_model_len": plan.max_model_len,
     }
     return SetResult(label, plan.strategy_set, values, pages)

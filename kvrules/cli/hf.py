@@ -15,7 +15,7 @@ import msgspec
 from kvrules.cli import flags
 from kvrules.errors import ConfigError, ModelFileError
 from kvrules.hf.backends import AUTO, BACKENDS
-from kvrules.hf.build import MTP, HFModelFile, model_from_hf
+from kvrules.hf.build import HFModelFile, model_from_hf
 from kvrules.hf.config import READERS
 from kvrules.hf.examples import load_hf_example
 from kvrules.hf.options import KV_CACHE_DTYPES, MAMBA_DTYPES, HFOptions
@@ -129,15 +129,10 @@ def option_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _flags_given(args: argparse.Namespace) -> list[str]:
-    names = [
-        f"--{field.replace('_', '-')}"
-        for dest, field in OPTION_FLAGS.items()
-        if getattr(args, dest, None) is not None
-    ]
-    for dest in ("draft", "hf_reader"):
-        if getattr(args, dest, None) is not None:
-            names.append(f"--{dest.replace('_', '-')}")
-    return names
+    """The Hugging Face flags given (``--max-model-len`` applies to every model)."""
+    names = [field for field in option_overrides(args) if field != "max_model_len"]
+    names += [dest for dest in ("draft", "hf_reader") if getattr(args, dest, None) is not None]
+    return [f"--{name.replace('_', '-')}" for name in names]
 
 
 def reader_from(args: argparse.Namespace) -> str:
@@ -159,10 +154,9 @@ def hf_model_from_args(
         if getattr(args, "file", None) or example:
             raise ModelFileError("give one model: a model FILE, --example NAME, or --hf-config PATH")
         options = HFOptions.from_dict(option_overrides(args))
-        draft = getattr(args, "draft", None)
         model = model_from_hf(
             hf_config,
-            draft if draft != MTP else MTP,
+            getattr(args, "draft", None),
             options,
             strategies=strategies,
             plugin_manager=pm,

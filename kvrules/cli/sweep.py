@@ -21,7 +21,7 @@ from kvrules.cli.hf import reader_from
 from kvrules.cli.progress import Progress
 from kvrules.config import EngineConfig
 from kvrules.errors import ConfigError, KVRulesError, ModelFileError
-from kvrules.hf.build import MTP, build_hf_model
+from kvrules.hf.build import build_hf_model
 from kvrules.hf.config import READERS
 from kvrules.hf.examples import load_hf_example_info
 from kvrules.hf.options import KV_CACHE_DTYPES, HFOptions
@@ -40,6 +40,7 @@ FIXED_FLAGS = (
     "mamba_ssm_cache_dtype",
     "attention_backend",
     "draft_kv_cache_dtype",
+    "max_model_len",
 )
 
 #: the sweep table's columns
@@ -122,20 +123,13 @@ class SweepInput:
 
 def _fixed_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`HFOptions` fields set on the command line that no axis varies."""
-    fixed = {flag: getattr(args, flag) for flag in FIXED_FLAGS if getattr(args, flag, None) is not None}
-    if args.max_model_len is not None:
-        fixed["max_model_len"] = args.max_model_len
-    return fixed
+    return {flag: getattr(args, flag) for flag in FIXED_FLAGS if getattr(args, flag, None) is not None}
 
 
 def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Engine settings given on the command line."""
-    engine: dict[str, Any] = {}
-    if args.max_model_len is not None:
-        engine["max_model_len"] = args.max_model_len
-    if args.max_num_batched_tokens is not None:
-        engine["max_num_batched_tokens"] = args.max_num_batched_tokens
-    return engine
+    names = ("max_model_len", "max_num_batched_tokens")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def sweep_input(args: argparse.Namespace) -> SweepInput:
@@ -156,9 +150,8 @@ def sweep_input(args: argparse.Namespace) -> SweepInput:
             {**example.engine, **engine},
         )
     elif args.hf_config:
-        draft = MTP if args.draft == MTP else args.draft
         found = SweepInput(
-            args.hf_config, draft, fixed, parse_sizes(args.memory) if args.memory else [], engine
+            args.hf_config, args.draft, fixed, parse_sizes(args.memory) if args.memory else [], engine
         )
     else:
         raise ModelFileError("give --hf-config PATH or --example hf-NAME")

@@ -9,7 +9,6 @@ efficiency.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from kvrules.plan import Plan
 from kvrules.report.groups import GroupFacts, group_facts
@@ -20,9 +19,7 @@ HEADERS = ("groups", "layers/group", "type", "model", "block", "page B", "paddin
 
 def efficiency(plan: Plan) -> float | None:
     """``plan.waste.efficiency`` when the plan carries a waste report, else ``None``."""
-    waste: Any = getattr(plan, "waste", None)
-    value = getattr(waste, "efficiency", None) if waste is not None else None
-    return float(value) if value is not None else None
+    return None if plan.waste is None else plan.waste.efficiency
 
 
 def _look(facts: GroupFacts) -> tuple[str, str, int, int, int, int]:

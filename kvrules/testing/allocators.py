@@ -15,8 +15,8 @@ from kvrules.errors import KVRulesError
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan
 from kvrules.plugin.manager import KVRulesPluginManager, get_plugin_manager
-from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin
-from kvrules.plugin.rules import Check
+from kvrules.plugin.registry import AllocatorRegistry, NamedPlugin, RuleRegistry
+from kvrules.plugin.rules import Check, Rule
 from kvrules.specs import KVCacheSpec
 from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import SAMPLE_SPEC_NAMES, Scenario, make_specs, sample_spec
@@ -27,18 +27,23 @@ SUBJECT = "kvrules-testing-subject"
 MODEL_SAMPLES: tuple[str, ...] = tuple(n for n in SAMPLE_SPEC_NAMES if n != "uniform-type")
 
 
-class _Subject:
-    """A plugin object registering one allocator or view layout."""
+class Subject:
+    """A plugin object registering the one rule, allocator or view layout a check is about."""
 
     def __init__(self, obj: Any) -> None:
         self.name = SUBJECT
         self._obj = obj
 
     @hookimpl
+    def kvrules_register_rules(self, registry: RuleRegistry) -> None:
+        if isinstance(self._obj, Rule):
+            registry.add(self._obj)
+
+    @hookimpl
     def kvrules_register_allocators(self, registry: AllocatorRegistry) -> None:
         if isinstance(self._obj, ViewLayout):
             registry.add_view_layout(self._obj)
-        else:
+        elif isinstance(self._obj, Allocator):
             registry.add(self._obj)
 
 
@@ -55,11 +60,12 @@ def _manager_with(obj: Any, view_layout: bool) -> KVRulesPluginManager:
                 "choose a unique name (prefix it with your plugin's name)",
             )
         return pm
-    subject = _Subject(obj)
-    return get_plugin_manager(autoload=False, plugins=[subject])
+    return get_plugin_manager(autoload=False, plugins=[Subject(obj)])
 
 
-def _check_named(obj: Any, base: type[NamedPlugin], what: str) -> str:
+def check_named(obj: Any, base: type[NamedPlugin], what: str) -> str:
+    """What a rule, allocator or view layout ``obj`` shares: an instance of ``base``, a frozen
+    dataclass, a one-line description, hashable. Returns how failures name it (``rule 'x'``)."""
     who = f"{what} {getattr(obj, 'name', obj)!r}"
     if not isinstance(obj, base):
         raise fail(
@@ -125,9 +131,17 @@ def _allocate_all(who: str, plan: Plan, device: str, pm: KVRulesPluginManager, *
     return done
 
 
-def check_allocator_contract(allocator: Any, plan: Plan | None = None, *, device: str = "meta") -> None:
-    """See :func:`kvrules.testing.check_allocator`."""
-    who = _check_named(allocator, Allocator, "allocator")
+def check_allocator(allocator: Any, plan: Plan | None = None, *, device: str = "meta") -> None:
+    """Check an allocator's contract on ``device`` (``"meta"``: no memory, no GPU).
+
+    Name and priority valid; ``supports("meta")`` answers a bool; allocating every worker of
+    ``plan`` on ``device`` gives buffers matching the plan's tensors and a view for every layer;
+    ``verify()`` (if present) accepts the result; bad requests raise ``KVRulesError``.
+
+    :param plan: the plan to allocate (default: a small hybrid model with the default planner).
+    :raises ConformanceError: the first broken contract.
+    """
+    who = check_named(allocator, Allocator, "allocator")
     overrides_allocate = type(allocator).allocate is not Allocator.allocate
     if type(allocator).supports is Allocator.supports:
         raise fail(who, "it does not implement supports(device)", "override Allocator.supports")
@@ -159,6 +173,10 @@ def check_allocator_contract(allocator: Any, plan: Plan | None = None, *, device
             raise fail(who, "no allocate decision names it", "let kvrules.allocate choose it (do not bypass)")
 
 
+#: this module's name of :func:`check_allocator` (published as :func:`kvrules.testing.check_allocator`)
+check_allocator_contract = check_allocator
+
+
 def check_view_layout(
     layout: Any, examples: Sequence[KVCacheSpec] | None = None, *, device: str = "meta"
 ) -> list[str]:
@@ -169,7 +187,7 @@ def check_view_layout(
     :return: the type names of the examples it supports (each once, in order).
     :raises ConformanceError: the first broken contract (including: it supports none of the examples).
     """
-    who = _check_named(layout, ViewLayout, "view layout")
+    who = check_named(layout, ViewLayout, "view layout")
     for method in ("supports", "build"):
         if getattr(type(layout), method) is getattr(ViewLayout, method):
             raise fail(who, f"it does not implement {method}()", f"override ViewLayout.{method}")

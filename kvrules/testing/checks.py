@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar
 
-from kvrules import hookimpl
 from kvrules.config import EngineConfig
 from kvrules.decisions import OUTCOMES, STAGES
 from kvrules.errors import KVRulesError, PluginError
 from kvrules.pipeline import Planner
 from kvrules.plan import Plan, WorkerPlan
+from kvrules.plugin.answers import spec_problem
 from kvrules.plugin.manager import BUILTIN_PLUGINS, KVRulesPluginManager, get_plugin_manager
 from kvrules.plugin.presets import StrategySet
 from kvrules.plugin.registry import Registries, RuleRegistry, SpecTypeRegistry
@@ -45,7 +45,7 @@ from kvrules.plugin.rules import (
     Rule,
 )
 from kvrules.specs import BUILTIN_SPEC_TYPES, KVCacheSpec, spec_from_dict, spec_to_dict
-from kvrules.testing.allocators import MODEL_SAMPLES, check_allocator_contract, check_view_layout
+from kvrules.testing.allocators import MODEL_SAMPLES, Subject, check_allocator, check_named, check_view_layout
 from kvrules.testing.errors import ConformanceError, fail
 from kvrules.testing.samples import Scenario, sample_scenarios, sample_spec, samples_of
 
@@ -101,34 +101,14 @@ def _rule_base(rule: Rule) -> type[Rule]:
     )
 
 
-def _check_rule_class(who: str, rule: Any) -> None:
-    """A :class:`Rule` of a frozen dataclass."""
-    if not isinstance(rule, Rule):
-        raise fail(
-            who, f"{type(rule).__name__} does not derive from kvrules.plugin.rules.Rule", "use a rule base"
-        )
-    cls = type(rule)
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen:
-        raise fail(
-            who, f"{cls.__name__} is not a frozen dataclass", "decorate it with @dataclass(frozen=True)"
-        )
-
-
 def _check_rule_fields(who: str, rule: Rule) -> None:
-    """Known kind, valid name, integer priority, one-line description, hashable."""
+    """Known kind, valid name, integer priority."""
     if rule.kind not in RULE_KINDS:
         raise fail(who, f"kind {rule.kind!r} is unknown", f"use one of {', '.join(RULE_KINDS)}")
     if not NAME_PATTERN.match(rule.name):
         raise fail(who, "the name is invalid", "use lower-case words separated by dashes")
     if isinstance(rule.priority, bool) or not isinstance(rule.priority, int):
         raise fail(who, f"priority {rule.priority!r} is not an integer", "give an int priority")
-    if not isinstance(rule.description, str) or not rule.description.strip() or "\n" in rule.description:
-        raise fail(who, "the description is empty or spans lines", "give a one-line description")
-    try:
-        hash(rule)
-    except TypeError as exc:
-        raise fail(who, f"it is not hashable ({exc})", "keep the dataclass frozen with eq") from None
 
 
 def _check_rejects_invalid_names(who: str, rule: Rule) -> None:
@@ -165,8 +145,7 @@ def _check_actions(who: str, rule: Rule, base: type[Rule]) -> None:
 
 
 def _check_rule_static(rule: Any) -> type[Rule]:
-    who = f"rule {getattr(rule, 'name', rule)!r}"
-    _check_rule_class(who, rule)
+    who = check_named(rule, Rule, "rule")
     _check_rule_fields(who, rule)
     _check_rejects_invalid_names(who, rule)
     base = _rule_base(rule)
@@ -176,18 +155,6 @@ def _check_rule_static(rule: Any) -> type[Rule]:
     except KVRulesError as exc:
         raise fail(who, f"a registry rejects it ({exc})", "fix what the message names") from exc
     return base
-
-
-class _SubjectPlugin:
-    """A plugin object registering one rule (used when the rule is not registered yet)."""
-
-    def __init__(self, rule: Rule) -> None:
-        self.name = "kvrules-testing-subject"
-        self._rule = rule
-
-    @hookimpl
-    def kvrules_register_rules(self, registry: RuleRegistry) -> None:
-        registry.add(self._rule)
 
 
 def _subject_manager(rule: Rule, pm: KVRulesPluginManager | None) -> KVRulesPluginManager:
@@ -207,8 +174,7 @@ def _subject_manager(rule: Rule, pm: KVRulesPluginManager | None) -> KVRulesPlug
             "it is not registered in the plugin manager passed to check_rule",
             "register it through kvrules_register_rules, or omit plugin_manager=",
         )
-    plugin = _SubjectPlugin(rule)
-    return get_plugin_manager(autoload=False, plugins=[plugin])
+    return get_plugin_manager(autoload=False, plugins=[Subject(rule)])
 
 
 def _spy(rule: Rule, calls: Counter[str]) -> Rule:
@@ -437,25 +403,19 @@ def _expect_spec_error(who: str, what: str, fn: Callable[[], Any]) -> None:
 
 
 def _check_sizes(who: str, spec: KVCacheSpec) -> None:
-    page = spec.page_size_bytes
-    if isinstance(page, bool) or not isinstance(page, int) or page <= 0:
-        raise fail(who, f"page_size_bytes is {page!r}", "return a positive int")
-    real = spec.real_page_size_bytes
-    unpadded = spec.unpadded_page_size_bytes
-    if not 0 < real <= unpadded <= page:
-        raise fail(
-            who,
-            f"real {real} <= unpadded {unpadded} <= page {page} bytes does not hold",
-            "padding only adds bytes; the real state fits the unpadded page",
-        )
+    """The core's own checks of a spec's answers (:func:`~kvrules.plugin.answers.spec_problem`),
+    memory non-decreasing in ``max_model_len``, the page doubling with ``block_size`` if it says so."""
     previous = -1
     for length in (1, 17, 4096, 65536):
-        need = spec.max_memory_usage_bytes(EngineConfig(max_model_len=length))
-        if isinstance(need, bool) or not isinstance(need, int) or need < 0:
-            raise fail(who, f"max_memory_usage_bytes returned {need!r}", "return a non-negative int")
+        config = EngineConfig(max_model_len=length)
+        problem = spec_problem(spec, config)
+        if problem:
+            raise fail(who, f"it {problem}", "keep the KVCacheSpec contract (see kvrules.plugin.answers)")
+        need = spec.max_memory_usage_bytes(config)
         if need < previous:
             raise fail(who, f"memory for {length} tokens is less than for fewer", "make it non-decreasing")
         previous = need
+    page = spec.page_size_bytes
     if spec.page_scales_with_block_size and spec.padding_bytes == 0:
         doubled = spec.evolve(block_size=spec.block_size * 2)
         if doubled.page_size_bytes != 2 * page:
@@ -558,20 +518,6 @@ def check_spec_type(cls: type[KVCacheSpec], examples: Sequence[KVCacheSpec] | No
         _check_json(who, spec, types)
         _expect_spec_error(who, "block_size=0", lambda s=spec: s.evolve(block_size=0))  # type: ignore[misc]
         _expect_spec_error(who, "block_size='16'", lambda s=spec: s.evolve(block_size="16"))  # type: ignore[misc]
-
-
-# -- allocators ----------------------------------------------------------------------------------
-def check_allocator(allocator: Any, plan: Plan | None = None, *, device: str = "meta") -> None:
-    """Check an allocator's contract on ``device`` (``"meta"``: no memory, no GPU).
-
-    Name and priority valid; ``supports("meta")`` answers a bool; allocating every worker of
-    ``plan`` on ``device`` gives buffers matching the plan's tensors and a view for every layer;
-    ``verify()`` (if present) accepts the result; bad requests raise ``KVRulesError``.
-
-    :param plan: the plan to allocate (default: a small hybrid model with the default planner).
-    :raises ConformanceError: the first broken contract.
-    """
-    check_allocator_contract(allocator, plan, device=device)
 
 
 # -- whole plugins -------------------------------------------------------------------------------

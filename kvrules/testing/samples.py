@@ -70,10 +70,10 @@ def _samples() -> dict[str, KVCacheSpec]:
     }
 
 
-_CACHE: dict[str, KVCacheSpec] = {}
+_SAMPLES = _samples()
 
 #: names accepted by :func:`sample_spec` and :func:`make_specs`
-SAMPLE_SPEC_NAMES: tuple[str, ...] = tuple(_samples())
+SAMPLE_SPEC_NAMES: tuple[str, ...] = tuple(_SAMPLES)
 
 
 def sample_spec(name: str) -> KVCacheSpec:
@@ -81,9 +81,7 @@ def sample_spec(name: str) -> KVCacheSpec:
 
     :raises SpecError: an unknown name (the message lists the known ones).
     """
-    if not _CACHE:
-        _CACHE.update(_samples())
-    spec = _CACHE.get(name)
+    spec = _SAMPLES.get(name)
     if spec is None:
         raise SpecError(f"unknown sample spec {name!r}; use one of {', '.join(SAMPLE_SPEC_NAMES)}")
     return spec
@@ -107,10 +105,7 @@ def make_specs(
     if not items or repeat < 1:
         raise SpecError(f"make_specs needs at least one item and repeat >= 1 (got {len(items)}, {repeat})")
     specs = [item if isinstance(item, KVCacheSpec) else sample_spec(item) for item in items]
-    out: dict[str, KVCacheSpec] = {}
-    for index, spec in enumerate(specs * repeat):
-        out[f"{prefix}.{index}.{spec.type_name}"] = spec
-    return out
+    return {f"{prefix}.{index}.{spec.type_name}": spec for index, spec in enumerate(specs * repeat)}
 
 
 @dataclass(frozen=True)
