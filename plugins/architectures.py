@@ -404,37 +404,17 @@ class GatedDeltaNet(Architecture):
         return f"mtp.layers.{index}.self_attn.attn"
 
 
-def _mamba2_shapes(
-    config: HFConfig,
-    settings: BuildSettings,
-    *,
-    heads_key: str,
-    head_dim_key: str,
-    groups_key: str,
-    state_key: str,
-    conv_key: str,
-    intermediate: int,
-) -> tuple[tuple[int, ...], ...]:
-    tp = settings.tp
-    heads = config.integer(heads_key)
-    groups = config.integer(groups_key, 1)
-    mamba_shapes.split(config, heads_key, heads, tp, what="Mamba2 heads")
-    if groups % tp and groups != 1:
-        raise config.error(
-            groups_key,
-            f"= {groups} cannot be split over tensor_parallel_size {tp}: Mamba2 groups must be 1 or a "
-            f"multiple of {tp}; choose a TP size that divides {groups}",
-        )
-    return mamba_shapes.mamba2_state_shape(
-        tp,
-        intermediate,
-        groups,
-        heads,
-        config.integer(head_dim_key),
-        config.integer(state_key),
-        config.integer(conv_key, 4),
-        settings.num_speculative_tokens,
-    )
+#: Nemotron-H's and Falcon-H1's Mamba2 fields (heads and state required, one group by default)
+NEMOTRON_H_FIELDS = mamba_shapes.Mamba2Fields(
+    heads="mamba_num_heads", groups="n_groups", state="ssm_state_size", conv="conv_kernel"
+)
+FALCON_H1_FIELDS = mamba_shapes.Mamba2Fields(
+    heads="mamba_n_heads",
+    groups="mamba_n_groups",
+    state="mamba_d_state",
+    conv="mamba_d_conv",
+    head_dim="mamba_d_head",
+)
 
 
 @dataclass(frozen=True)
@@ -462,16 +442,9 @@ class NemotronH(Architecture):
                 out[f"model.layers.{i}.mixer.attn"] = attention
             elif kind == "M":
                 if mamba is None:
-                    heads_n = config.integer("mamba_num_heads")
-                    shapes = _mamba2_shapes(
-                        config,
-                        settings,
-                        heads_key="mamba_num_heads",
-                        head_dim_key="mamba_head_dim",
-                        groups_key="n_groups",
-                        state_key="ssm_state_size",
-                        conv_key="conv_kernel",
-                        intermediate=heads_n * config.integer("mamba_head_dim"),
+                    heads_n, head_dim = config.integer("mamba_num_heads"), config.integer("mamba_head_dim")
+                    shapes = mamba_shapes.mamba2_mixer_shapes(
+                        config, settings, NEMOTRON_H_FIELDS, heads_n * head_dim, head_dim
                     )
                     mamba = layers.mamba(settings, shapes, "mamba2")
                 out[f"model.layers.{i}.mixer"] = mamba
@@ -551,16 +524,7 @@ class FalconH1(Architecture):
             intermediate = config.integer("mamba_d_ssm")
         else:
             intermediate = int(expand * config.integer("hidden_size"))
-        shapes = _mamba2_shapes(
-            config,
-            settings,
-            heads_key="mamba_n_heads",
-            head_dim_key="mamba_d_head",
-            groups_key="mamba_n_groups",
-            state_key="mamba_d_state",
-            conv_key="mamba_d_conv",
-            intermediate=intermediate,
-        )
+        shapes = mamba_shapes.mamba2_mixer_shapes(config, settings, FALCON_H1_FIELDS, intermediate)
         mamba = layers.mamba(settings, shapes, "mamba2")
         out: dict[str, KVCacheSpec] = {}
         for i in range(n):

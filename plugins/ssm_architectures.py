@@ -130,7 +130,6 @@ ZAMBA2_FIELDS = ssm.Mamba2Fields(
     state="mamba_d_state",
     conv="mamba_d_conv",
     heads_default=8,
-    groups_default=1,
     state_default=64,
 )
 
@@ -231,7 +230,6 @@ GRANITE_FIELDS = ssm.Mamba2Fields(
     state="mamba_d_state",
     conv="mamba_d_conv",
     heads_default=128,
-    groups_default=1,
     state_default=256,
 )
 
