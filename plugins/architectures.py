@@ -138,9 +138,8 @@ class Generic(Architecture):
     def engine_settings(self, config: HFConfig, settings: BuildSettings) -> tuple[dict[str, Any], str]:
         if layers.mla_latent(config) is not None:
             return {}, ""
-        if layers.CHUNKED not in self.kinds(config, config.integer("num_hidden_layers")).kinds:
-            return {}, ""
-        return _CHUNKED_ENGINE
+        chunked = layers.CHUNKED in self.kinds(config, config.integer("num_hidden_layers")).kinds
+        return _CHUNKED_ENGINE if chunked else ({}, "")
 
 
 #: vLLM's default for chunked local attention (Llama 4 and the generic architecture)
@@ -233,10 +232,7 @@ class Llama4(Architecture):
     def _rope(self, config: HFConfig, n: int) -> list[int]:
         """1 for a RoPE (chunked) layer; ``no_rope_layers`` absent or ``[]`` is transformers' default
         pattern: every ``no_rope_layer_interval``-th layer (4) is global."""
-        if config.get("no_rope_layers") == []:
-            values = None
-        else:
-            values = config.sequence("no_rope_layers", n)
+        values = None if config.get("no_rope_layers") == [] else config.sequence("no_rope_layers", n)
         if values is None:
             interval = config.integer("no_rope_layer_interval", 4)
             return [int((i + 1) % interval != 0) for i in range(n)]
@@ -397,8 +393,7 @@ class GatedDeltaNet(Architecture):
         return value if isinstance(value, str) else "auto"
 
     def mtp_layer_count(self, config: HFConfig) -> int:
-        count = super().mtp_layer_count(config)
-        return count or 1
+        return super().mtp_layer_count(config) or 1
 
     def mtp_layer_name(self, config: HFConfig, index: int) -> str:
         return f"mtp.layers.{index}.self_attn.attn"

@@ -131,10 +131,7 @@ def layer_kinds(config: HFConfig, keys: Sequence[str], spellings: Mapping[str, s
         ``num_hidden_layers``, more than :data:`~kvrules.hf.config.MAX_HF_LAYERS` entries, or two
         fields that disagree.
     """
-    found: list[tuple[str, list[str]]] = []
-    for key in keys:
-        if config.has(key):
-            found.append((key, _kinds(config, key, spellings)))
+    found = [(key, _kinds(config, key, spellings)) for key in keys if config.has(key)]
     for key, kinds in found[1:]:
         if kinds != found[0][1]:
             raise config.error(key, f"disagrees with {config.where(found[0][0])!r}; give one of them")
