@@ -138,9 +138,8 @@ class Generic(Architecture):
     def engine_settings(self, config: HFConfig, settings: BuildSettings) -> tuple[dict[str, Any], str]:
         if layers.mla_latent(config) is not None:
             return {}, ""
-        if layers.CHUNKED not in self.kinds(config, config.integer("num_hidden_layers")).kinds:
-            return {}, ""
-        return _CHUNKED_ENGINE
+        chunked = layers.CHUNKED in self.kinds(config, config.integer("num_hidden_layers")).kinds
+        return _CHUNKED_ENGINE if chunked else ({}, "")
 
 
 #: vLLM's default for chunked local attention (Llama 4 and the generic architecture)
@@ -233,10 +232,7 @@ class Llama4(Architecture):
     def _rope(self, config: HFConfig, n: int) -> list[int]:
         """1 for a RoPE (chunked) layer; ``no_rope_layers`` absent or ``[]`` is transformers' default
         pattern: every ``no_rope_layer_interval``-th layer (4) is global."""
-        if config.get("no_rope_layers") == []:
-            values = None
-        else:
-            values = config.sequence("no_rope_layers", n)
+        values = None if config.get("no_rope_layers") == [] else config.sequence("no_rope_layers", n)
         if values is None:
             interval = config.integer("no_rope_layer_interval", 4)
             return [int((i + 1) % interval != 0) for i in range(n)]
@@ -397,44 +393,23 @@ class GatedDeltaNet(Architecture):
         return value if isinstance(value, str) else "auto"
 
     def mtp_layer_count(self, config: HFConfig) -> int:
-        count = super().mtp_layer_count(config)
-        return count or 1
+        return super().mtp_layer_count(config) or 1
 
     def mtp_layer_name(self, config: HFConfig, index: int) -> str:
         return f"mtp.layers.{index}.self_attn.attn"
 
 
-def _mamba2_shapes(
-    config: HFConfig,
-    settings: BuildSettings,
-    *,
-    heads_key: str,
-    head_dim_key: str,
-    groups_key: str,
-    state_key: str,
-    conv_key: str,
-    intermediate: int,
-) -> tuple[tuple[int, ...], ...]:
-    tp = settings.tp
-    heads = config.integer(heads_key)
-    groups = config.integer(groups_key, 1)
-    mamba_shapes.split(config, heads_key, heads, tp, what="Mamba2 heads")
-    if groups % tp and groups != 1:
-        raise config.error(
-            groups_key,
-            f"= {groups} cannot be split over tensor_parallel_size {tp}: Mamba2 groups must be 1 or a "
-            f"multiple of {tp}; choose a TP size that divides {groups}",
-        )
-    return mamba_shapes.mamba2_state_shape(
-        tp,
-        intermediate,
-        groups,
-        heads,
-        config.integer(head_dim_key),
-        config.integer(state_key),
-        config.integer(conv_key, 4),
-        settings.num_speculative_tokens,
-    )
+#: Nemotron-H's and Falcon-H1's Mamba2 fields (heads and state required, one group by default)
+NEMOTRON_H_FIELDS = mamba_shapes.Mamba2Fields(
+    heads="mamba_num_heads", groups="n_groups", state="ssm_state_size", conv="conv_kernel"
+)
+FALCON_H1_FIELDS = mamba_shapes.Mamba2Fields(
+    heads="mamba_n_heads",
+    groups="mamba_n_groups",
+    state="mamba_d_state",
+    conv="mamba_d_conv",
+    head_dim="mamba_d_head",
+)
 
 
 @dataclass(frozen=True)
@@ -462,16 +437,9 @@ class NemotronH(Architecture):
                 out[f"model.layers.{i}.mixer.attn"] = attention
             elif kind == "M":
                 if mamba is None:
-                    heads_n = config.integer("mamba_num_heads")
-                    shapes = _mamba2_shapes(
-                        config,
-                        settings,
-                        heads_key="mamba_num_heads",
-                        head_dim_key="mamba_head_dim",
-                        groups_key="n_groups",
-                        state_key="ssm_state_size",
-                        conv_key="conv_kernel",
-                        intermediate=heads_n * config.integer("mamba_head_dim"),
+                    heads_n, head_dim = config.integer("mamba_num_heads"), config.integer("mamba_head_dim")
+                    shapes = mamba_shapes.mamba2_mixer_shapes(
+                        config, settings, NEMOTRON_H_FIELDS, heads_n * head_dim, head_dim
                     )
                     mamba = layers.mamba(settings, shapes, "mamba2")
                 out[f"model.layers.{i}.mixer"] = mamba
@@ -551,16 +519,7 @@ class FalconH1(Architecture):
             intermediate = config.integer("mamba_d_ssm")
         else:
             intermediate = int(expand * config.integer("hidden_size"))
-        shapes = _mamba2_shapes(
-            config,
-            settings,
-            heads_key="mamba_n_heads",
-            head_dim_key="mamba_d_head",
-            groups_key="mamba_n_groups",
-            state_key="mamba_d_state",
-            conv_key="mamba_d_conv",
-            intermediate=intermediate,
-        )
+        shapes = mamba_shapes.mamba2_mixer_shapes(config, settings, FALCON_H1_FIELDS, intermediate)
         mamba = layers.mamba(settings, shapes, "mamba2")
         out: dict[str, KVCacheSpec] = {}
         for i in range(n):

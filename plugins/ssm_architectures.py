@@ -48,21 +48,12 @@ def _attention(config: HFConfig, settings: BuildSettings) -> KVCacheSpec:
 
 
 def _by_kind(
-    kinds: list[str], names: Mapping[str, str], builders: Mapping[str, Callable[[], KVCacheSpec]]
+    kinds: list[str], table: Mapping[str, tuple[str, Callable[[], KVCacheSpec]]]
 ) -> dict[str, KVCacheSpec]:
-    """Layer ``i`` named ``names[kinds[i]].format(i)``; one spec per kind present, built once."""
-    specs = {kind: builders[kind]() for kind in dict.fromkeys(kinds)}
-    return {names[kind].format(i): specs[kind] for i, kind in enumerate(kinds)}
-
-
-def _mamba1_intermediate(config: HFConfig) -> int:
-    """``intermediate_size``, else ``expand x hidden_size``: transformers' MambaConfig lets the
-    file's ``intermediate_size`` win over ``expand`` (Falcon-Mamba-7B: 8192 with ``expand`` 16),
-    and vLLM reads ``intermediate_size``."""
-    expand = config.integer("expand", 2)
-    if config.has("intermediate_size"):
-        return config.integer("intermediate_size")
-    return expand * config.integer("hidden_size")
+    """Layer ``i`` named ``table[kinds[i]][0].format(i)``; one spec per kind present, built once
+    by ``table[kind][1]``."""
+    specs = {kind: table[kind][1]() for kind in dict.fromkeys(kinds)}
+    return {table[kind][0].format(i): specs[kind] for i, kind in enumerate(kinds)}
 
 
 MAMBA_ONLY = {"mamba": ssm.MAMBA, "linear_attention": ssm.MAMBA}
@@ -84,9 +75,15 @@ class Mamba1(Architecture):
     model_types: tuple[str, ...] = ("mamba",)
 
     def shapes(self, config: HFConfig, settings: BuildSettings) -> Shapes:
-        """The per-rank state shapes; TP must divide the intermediate size."""
-        intermediate = _mamba1_intermediate(config)
-        key = "intermediate_size" if config.has("intermediate_size") else "expand"
+        """The per-rank state shapes; TP must divide the intermediate size: ``intermediate_size``,
+        else ``expand x hidden_size`` (transformers' MambaConfig lets the file's
+        ``intermediate_size`` win over ``expand``, Falcon-Mamba-7B: 8192 with ``expand`` 16, and
+        vLLM reads ``intermediate_size``)."""
+        expand = config.integer("expand", 2)
+        if config.has("intermediate_size"):
+            key, intermediate = "intermediate_size", config.integer("intermediate_size")
+        else:
+            key, intermediate = "expand", expand * config.integer("hidden_size")
         ssm.split(config, key, intermediate, settings.tp, what="the Mamba intermediate size")
         return ssm.mamba1_state_shape(
             settings.tp, intermediate, config.integer("state_size", 16), config.integer("conv_kernel", 4)
@@ -133,7 +130,6 @@ ZAMBA2_FIELDS = ssm.Mamba2Fields(
     state="mamba_d_state",
     conv="mamba_d_conv",
     heads_default=8,
-    groups_default=1,
     state_default=64,
 )
 
@@ -234,7 +230,6 @@ GRANITE_FIELDS = ssm.Mamba2Fields(
     state="mamba_d_state",
     conv="mamba_d_conv",
     heads_default=128,
-    groups_default=1,
     state_default=256,
 )
 
@@ -263,13 +258,11 @@ class GraniteMoeHybrid(Architecture):
         kinds = ssm.layer_kinds(config, ("layer_types", "layers_block_type"), ssm.LEGACY_KINDS)
         if kinds is None:
             kinds = [ssm.MAMBA] * config.integer("num_hidden_layers")
-        names = {ssm.MAMBA: "model.layers.{}.mixer", ssm.ATTENTION: "model.layers.{}.self_attn.attn"}
         return _by_kind(
             kinds,
-            names,
             {
-                ssm.MAMBA: lambda: self.mamba(config, settings),
-                ssm.ATTENTION: lambda: _attention(config, settings),
+                ssm.MAMBA: ("model.layers.{}.mixer", lambda: self.mamba(config, settings)),
+                ssm.ATTENTION: ("model.layers.{}.self_attn.attn", lambda: _attention(config, settings)),
             },
         )
 
@@ -320,13 +313,11 @@ class Lfm2(Architecture):
         return layers.mamba(settings, shapes, "short_conv")
 
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
-        names = {"conv": "model.layers.{}.short_conv", ssm.ATTENTION: "model.layers.{}.self_attn.attn"}
         return _by_kind(
             self.kinds(config),
-            names,
             {
-                "conv": lambda: self.conv(config, settings),
-                ssm.ATTENTION: lambda: _attention(config, settings),
+                "conv": ("model.layers.{}.short_conv", lambda: self.conv(config, settings)),
+                ssm.ATTENTION: ("model.layers.{}.self_attn.attn", lambda: _attention(config, settings)),
             },
         )
 
@@ -414,13 +405,11 @@ class KimiLinear(Architecture):
 
     def build(self, config: HFConfig, settings: BuildSettings) -> dict[str, KVCacheSpec]:
         kinds = self.kinds(config, config.integer("num_hidden_layers"))
-        names = {ssm.MAMBA: "model.layers.{}.self_attn", ssm.ATTENTION: "model.layers.{}.self_attn.attn"}
         return _by_kind(
             kinds,
-            names,
             {
-                ssm.MAMBA: lambda: self.kda(config, settings),
-                ssm.ATTENTION: lambda: self.mla(config, settings),
+                ssm.MAMBA: ("model.layers.{}.self_attn", lambda: self.kda(config, settings)),
+                ssm.ATTENTION: ("model.layers.{}.self_attn.attn", lambda: self.mla(config, settings)),
             },
         )
 

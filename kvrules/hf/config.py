@@ -520,7 +520,13 @@ class HFConfig:
                 raise self.error(
                     key, f"has {len(value):,} entries; it must have at most {MAX_HF_LAYERS:,} (one per layer)"
                 )
-        self._check_layer_list("layer_types")
+        value, count = self.raw("layer_types"), self.raw("num_hidden_layers")
+        if isinstance(value, list) and isinstance(count, int) and len(value) != count:
+            raise self.error(
+                "layer_types",
+                f"has {len(value)} entries; it needs exactly one per layer "
+                f"({self.where('num_hidden_layers')} = {count})",
+            )
         for key in CACHE_FIELDS:
             self._check_raw_value(key)
 
@@ -546,17 +552,6 @@ class HFConfig:
                 raise self.error(key, f"is {shown(value)}; it must be an integer") from None
             if whole > MAX_BYTES:
                 self._checked_int(key, value, whole, None)
-
-    def _check_layer_list(self, key: str) -> None:
-        """A per-layer list the file gives has one entry per layer when the file also gives
-        ``num_hidden_layers`` (checked on the file, before any reader)."""
-        value, count = self.raw(key), self.raw("num_hidden_layers")
-        if isinstance(value, list) and isinstance(count, int) and len(value) != count:
-            raise self.error(
-                key,
-                f"has {len(value)} entries; it needs exactly one per layer "
-                f"({self.where('num_hidden_layers')} = {count})",
-            )
 
     @recorded
     def string(self, key: str, default: Any = _MISSING, *, why: str = "") -> str:

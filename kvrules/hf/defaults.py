@@ -464,6 +464,7 @@ _MLA = {
     "v_head_dim": 128,
 }
 _MTP = {"num_mtp_layers": "num_nextn_predict_layers"}
+_MAMBA1 = {"hidden_size": 768, "state_size": 16, "num_hidden_layers": 32, "expand": 2, "conv_kernel": 4}
 
 
 def _dims(layers: int, hidden: int, heads: int, positions: int, **more: Any) -> dict[str, Any]:
@@ -684,17 +685,9 @@ CLASS_DEFAULTS: dict[str, ClassDefaults] = {
         _all_layers("linear_attention"),
         aliases={"layers_block_type": "layer_types"},
     ),
-    "mamba": _defaults(
-        "MambaConfig",
-        {"hidden_size": 768, "state_size": 16, "num_hidden_layers": 32, "expand": 2, "conv_kernel": 4},
-        mamba_intermediate,
-        _all_layers("linear_attention"),
-    ),
+    "mamba": _defaults("MambaConfig", _MAMBA1, mamba_intermediate, _all_layers("linear_attention")),
     "falcon_mamba": _defaults(
-        "FalconMambaConfig",
-        {"hidden_size": 768, "state_size": 16, "num_hidden_layers": 32, "expand": 2, "conv_kernel": 4},
-        mamba_intermediate,
-        _all_layers("linear_attention"),
+        "FalconMambaConfig", _MAMBA1, mamba_intermediate, _all_layers("linear_attention")
     ),
     "mamba2": _defaults(
         "Mamba2Config",
@@ -740,7 +733,10 @@ CLASS_DEFAULTS: dict[str, ClassDefaults] = {
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"},
     ),
     "lfm2": _defaults(
-        "Lfm2Config", _dims(32, 2560, 32, 128000, num_key_value_heads=8, conv_L_cache=3), lfm2_layers
+        "Lfm2Config",
+        _dims(32, 2560, 32, 128000, num_key_value_heads=8, conv_L_cache=3),
+        lfm2_layers,
+        renames={"block_ff_dim": "intermediate_size"},
     ),
     "kimi_linear": _defaults(
         "KimiLinearConfig",
@@ -795,16 +791,11 @@ _SIZING: dict[str, dict[str, Any]] = {
         "mamba_conv_bias": True,
         "tie_word_embeddings": False,
     },
+    "zamba2": {"num_mem_blocks": 1},
 }
 for _type, _values in _SIZING.items():
     _entry = CLASS_DEFAULTS[_type]
     CLASS_DEFAULTS[_type] = dataclasses.replace(_entry, values={**_entry.values, **_values})
-CLASS_DEFAULTS["zamba2"] = dataclasses.replace(
-    CLASS_DEFAULTS["zamba2"], values={**CLASS_DEFAULTS["zamba2"].values, "num_mem_blocks": 1}
-)
-CLASS_DEFAULTS["lfm2"] = dataclasses.replace(
-    CLASS_DEFAULTS["lfm2"], renames={"block_ff_dim": "intermediate_size"}
-)
 
 #: model types transformers 5.20 cannot read offline (their config class is remote code, which
 #: kvrules never runs): the built-in reader reads them, with the defaults of the class they copy

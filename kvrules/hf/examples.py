@@ -117,10 +117,8 @@ def load_hf_example(
         example.config, example.draft, example.options, strategies=strategies, plugin_manager=plugin_manager
     )
     out = model.to_model_file(example.available_memory)
-    engine = dict(out.engine)
-    engine.update(example.engine)
+    out.engine = {**out.engine, **example.engine}
     if example.options.max_model_len is not None:
-        engine["max_model_len"] = example.options.max_model_len
-    out.engine = engine
+        out.engine["max_model_len"] = example.options.max_model_len
     out.description = example.description
     return out

@@ -164,14 +164,6 @@ class LayerKinds:
     assumptions: tuple[str, ...]
 
 
-def _window(config: HFConfig, why: str) -> int:
-    return config.integer("sliding_window", why=why)
-
-
-def _chunk(config: HFConfig, why: str) -> int:
-    return config.integer("attention_chunk_size", why=why)
-
-
 def _from_layer_types(config: HFConfig, n: int) -> LayerKinds | None:
     """``layer_types``: one entry per layer, each an attention kind (a state kind is refused)."""
     values = config.sequence("layer_types", n)
@@ -196,8 +188,11 @@ def _from_layer_types(config: HFConfig, n: int) -> LayerKinds | None:
             "use_sliding_window",
             "is false but layer_types names sliding layers; which one holds is ambiguous: make them agree",
         )
-    window = _window(config, "layer_types names sliding layers") if SLIDING in values else None
-    chunk = _chunk(config, "layer_types names chunked layers") if CHUNKED in values else None
+    window = chunk = None
+    if SLIDING in values:
+        window = config.integer("sliding_window", why="layer_types names sliding layers")
+    if CHUNKED in values:
+        chunk = config.integer("attention_chunk_size", why="layer_types names chunked layers")
     notes = [f"layer kinds from {_origin(config, 'layer_types')}"]
     for key, used in (("sliding_window", window), ("attention_chunk_size", chunk)):
         value = config.get(key)  # layer_types decides: a size no layer uses is read, and said so
@@ -211,7 +206,7 @@ def _from_pattern(config: HFConfig, n: int) -> LayerKinds | None:
     if not config.has("sliding_window_pattern"):
         return None
     pattern = config.integer("sliding_window_pattern")
-    window = _window(config, "sliding_window_pattern interleaves sliding layers")
+    window = config.integer("sliding_window", why="sliding_window_pattern interleaves sliding layers")
     kinds = tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n))
     note = (
         f"{config.where('sliding_window_pattern')} {pattern}: layer i is global iff (i + 1) % {pattern} == 0, "
@@ -233,7 +228,7 @@ def _from_use_sliding_window(config: HFConfig, n: int) -> LayerKinds | None:
             None,
             (note + (f" (sliding_window {shown(window)} unused)" if window is not None else ""),),
         )
-    window = _window(config, "use_sliding_window is true")
+    window = config.integer("sliding_window", why="use_sliding_window is true")
     start = config.integer("max_window_layers", 0, minimum=0)
     kinds = tuple(SLIDING if i >= start else FULL for i in range(n))
     note = f"use_sliding_window: layers {start} and up slide over {window} tokens (max_window_layers {start})"
@@ -244,7 +239,7 @@ def _from_model_wide_window(config: HFConfig, n: int) -> LayerKinds | None:
     """A ``sliding_window`` with nothing saying which layers: every layer slides (as vLLM does)."""
     if not config.has("sliding_window"):
         return None
-    window = _window(config, "")
+    window = config.integer("sliding_window")
     note = (
         f"{config.where('sliding_window')} {window} with no layer_types: every layer slides "
         "(vLLM applies a model-wide sliding_window to every layer)"

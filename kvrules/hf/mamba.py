@@ -131,10 +131,7 @@ def layer_kinds(config: HFConfig, keys: Sequence[str], spellings: Mapping[str, s
         ``num_hidden_layers``, more than :data:`~kvrules.hf.config.MAX_HF_LAYERS` entries, or two
         fields that disagree.
     """
-    found: list[tuple[str, list[str]]] = []
-    for key in keys:
-        if config.has(key):
-            found.append((key, _kinds(config, key, spellings)))
+    found = [(key, _kinds(config, key, spellings)) for key in keys if config.has(key)]
     for key, kinds in found[1:]:
         if kinds != found[0][1]:
             raise config.error(key, f"disagrees with {config.where(found[0][0])!r}; give one of them")
@@ -205,44 +202,57 @@ def nested_int(config: HFConfig, parent: str, key: str, default: int | None = No
         ) from None
 
 
+def _integer(config: HFConfig, key: str, default: int | None) -> int:
+    """The integer field ``key``, ``default`` when absent (``None``: required)."""
+    return config.integer(key) if default is None else config.integer(key, default)
+
+
 @dataclass(frozen=True)
 class Mamba2Fields:
-    """Where one family keeps its Mamba2 mixer's fields, with transformers' class defaults.
+    """Where one family keeps its Mamba2 mixer's fields, with transformers' class defaults
+    (``*_default``; ``None``: the field is required).
 
-    :ivar heads: the SSM head count's key, ``heads_default`` its default (``None``: required).
+    :ivar heads: the SSM head count's key.
     :ivar groups: the B/C group count's key (TP splits it, or replicates a single group).
     :ivar state: the SSM state size's key.
     :ivar conv: the convolution kernel's key.
+    :ivar head_dim: the head size's key, for a family whose mixer takes it as it is, unchecked
+        (Falcon-H1: :func:`mamba2_mixer_shapes` reads it after the groups); ``None``: the caller
+        gives the head size.
     """
 
     heads: str
     groups: str
     state: str
     conv: str
-    heads_default: int | None
-    groups_default: int
-    state_default: int
+    heads_default: int | None = None
+    groups_default: int = 1
+    state_default: int | None = None
     conv_default: int = 4
+    head_dim: str | None = None
 
     def num_heads(self, config: HFConfig) -> int:
         """The SSM head count."""
-        if self.heads_default is None:
-            return config.integer(self.heads)
-        return config.integer(self.heads, self.heads_default)
+        return _integer(config, self.heads, self.heads_default)
 
 
 def mamba2_mixer_shapes(
-    config: HFConfig, settings: BuildSettings, fields: Mamba2Fields, intermediate: int, head_dim: int
+    config: HFConfig,
+    settings: BuildSettings,
+    fields: Mamba2Fields,
+    intermediate: int,
+    head_dim: int | None = None,
 ) -> tuple[Shape, Shape]:
     """A Mamba2 mixer's per-rank state shapes (vLLM's ``MambaMixer2``: the conv state keeps one
-    row per speculative token).
+    row per speculative token). ``head_dim`` ``None``: the config's ``fields.head_dim``.
 
-    :raises ModelFileError: ``heads x head_dim`` is not ``intermediate``, or TP splits neither the
-        heads nor the groups (groups must be 1 or a multiple of TP), naming the field.
+    :raises ModelFileError: a given ``head_dim`` whose ``heads x head_dim`` is not
+        ``intermediate``, or TP splits neither the heads nor the groups (groups must be 1 or a
+        multiple of TP), naming the field.
     """
     tp = settings.tp
     heads = fields.num_heads(config)
-    if heads * head_dim != intermediate:
+    if head_dim is not None and heads * head_dim != intermediate:
         raise config.error(
             fields.heads,
             f"= {heads} heads of {head_dim} make {heads * head_dim}, but the Mamba intermediate size "
@@ -261,8 +271,8 @@ def mamba2_mixer_shapes(
         intermediate,
         groups,
         heads,
-        head_dim,
-        config.integer(fields.state, fields.state_default),
+        config.integer(str(fields.head_dim)) if head_dim is None else head_dim,
+        _integer(config, fields.state, fields.state_default),
         config.integer(fields.conv, fields.conv_default),
         settings.num_speculative_tokens,
     )
