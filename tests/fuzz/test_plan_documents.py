@@ -233,6 +233,6 @@ def test_a_refusal_names_the_group_and_the_layer() -> None:
     doc = copy.deepcopy(BASES["hybrid"].to_dict())
     doc["groups"][0]["layer_names"].append("no.such")
     with pytest.raises(
-        ModelFileError, match="plan field groups: the plan placed unknown layer 'no.such' in group 0"
+        ModelFileError, match=r"plan field groups: the plan placed unknown layer 'no\.such' in group 0"
     ):
         Plan.from_dict(doc)

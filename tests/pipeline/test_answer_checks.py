@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvrules import FullAttentionSpec, KVCacheGroup, KVCacheTensor
-from kvrules import plan_checks
+from kvrules import FullAttentionSpec, KVCacheGroup, KVCacheTensor, plan_checks
 from kvrules.plugin.answers import groups_problem, partition_problem, tensors_problem
 
 SPEC = FullAttentionSpec(16, num_kv_heads=2, head_size=64, dtype="bfloat16")
