@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import product
+from math import prod
 from typing import Any
 
 from kvrules.errors import AllocationError
@@ -24,30 +25,23 @@ def _storage_key(tensor: Any) -> Any:
     return getattr(storage, "_cdata", None) or storage.data_ptr()
 
 
-def _runs(
-    layer: str, label: str, base: int, dims: list[tuple[int, int]], itemsize: int
-) -> list[tuple[int, int]]:
-    """Byte runs ``[start, end)`` covered by one block: ``dims`` are ``(size, stride in bytes)``."""
+def _runs(layer: str, label: str, dims: list[tuple[int, int]], itemsize: int) -> list[tuple[int, int]]:
+    """Byte runs ``[start, end)`` covered by one block from its first byte: ``dims`` are
+    ``(size, stride in bytes)``."""
     ordered = sorted(dims, key=lambda d: d[1])
     run = itemsize
     while ordered and ordered[0][1] == run:
         size, stride = ordered.pop(0)
         run = size * stride
-    count = 1
-    for size, _ in ordered:
-        count *= size
+    count = prod(size for size, _ in ordered)
     if count > MAX_RUNS:
         raise AllocationError(
             f"layer {layer!r}: {label} covers one block in {count} separate pieces; too many to verify"
         )
     ranges = [range(size) for size, _ in ordered]
     strides = [stride for _, stride in ordered]
-    return [
-        (start, start + run)
-        for start in (
-            base + sum(i * s for i, s in zip(index, strides, strict=True)) for index in product(*ranges)
-        )
-    ]
+    starts = (sum(i * s for i, s in zip(index, strides, strict=True)) for index in product(*ranges))
+    return [(start, start + run) for start in starts]
 
 
 Shape = tuple[int, ...]
@@ -65,7 +59,7 @@ def _block_runs(
             f"{place.num_blocks} blocks stepping {place.block_stride} bytes, the layer's block stride"
         )
     rest = [(n, s) for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if d != dims[0] and n > 1]
-    return _runs(layer, label, 0, rest, itemsize)
+    return _runs(layer, label, rest, itemsize)
 
 
 def _view_runs(
