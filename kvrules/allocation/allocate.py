@@ -56,10 +56,7 @@ class Allocation:
     @property
     def nbytes(self) -> int:
         """Bytes allocated, each distinct allocation counted once."""
-        seen: dict[int, int] = {}
-        for buf in self.buffers:
-            seen[id(buf)] = int(buf.numel()) * int(buf.element_size())
-        return sum(seen.values())
+        return sum({id(buf): int(buf.numel()) * int(buf.element_size()) for buf in self.buffers}.values())
 
     @property
     def num_blocks(self) -> int:

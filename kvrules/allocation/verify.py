@@ -20,19 +20,35 @@ from kvrules.plugin.allocator import Placement
 MAX_RUNS = 1 << 20
 
 
+Shape = tuple[int, ...]
+RunCache = dict[tuple[Shape, Shape, int, int, int], list[tuple[int, int]]]
+
+
 def _storage_key(tensor: Any) -> Any:
     storage = tensor.untyped_storage()
     return getattr(storage, "_cdata", None) or storage.data_ptr()
 
 
-def _runs(layer: str, label: str, dims: list[tuple[int, int]], itemsize: int) -> list[tuple[int, int]]:
-    """Byte runs ``[start, end)`` covered by one block from its first byte: ``dims`` are
-    ``(size, stride in bytes)``."""
-    ordered = sorted(dims, key=lambda d: d[1])
+def _block_runs(
+    layer: str, label: str, shape: Shape, stride: Shape, itemsize: int, place: Placement
+) -> list[tuple[int, int]]:
+    """Byte runs ``[start, end)`` of block 0 relative to the view's first byte (``stride`` in bytes)."""
+    dims = [d for d, n in enumerate(shape) if n == place.num_blocks and stride[d] == place.block_stride]
+    if not dims:
+        raise AllocationError(
+            f"layer {layer!r}: {label} (shape {shape}, byte strides {stride}) has no dimension of "
+            f"{place.num_blocks} blocks stepping {place.block_stride} bytes, the layer's block stride"
+        )
+    # the other dimensions as (size, byte stride), the innermost first; those contiguous with
+    # the element (and each other) make one run
+    ordered = sorted(
+        ((n, s) for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if d != dims[0] and n > 1),
+        key=lambda d: d[1],
+    )
     run = itemsize
     while ordered and ordered[0][1] == run:
-        size, stride = ordered.pop(0)
-        run = size * stride
+        size, step = ordered.pop(0)
+        run = size * step
     count = prod(size for size, _ in ordered)
     if count > MAX_RUNS:
         raise AllocationError(
@@ -42,24 +58,6 @@ def _runs(layer: str, label: str, dims: list[tuple[int, int]], itemsize: int) ->
     strides = [stride for _, stride in ordered]
     starts = (sum(i * s for i, s in zip(index, strides, strict=True)) for index in product(*ranges))
     return [(start, start + run) for start in starts]
-
-
-Shape = tuple[int, ...]
-RunCache = dict[tuple[Shape, Shape, int, int, int], list[tuple[int, int]]]
-
-
-def _block_runs(
-    layer: str, label: str, shape: Shape, stride: Shape, itemsize: int, place: Placement
-) -> list[tuple[int, int]]:
-    """Byte runs of block 0 relative to the view's first byte (``stride`` in bytes)."""
-    dims = [d for d, n in enumerate(shape) if n == place.num_blocks and stride[d] == place.block_stride]
-    if not dims:
-        raise AllocationError(
-            f"layer {layer!r}: {label} (shape {shape}, byte strides {stride}) has no dimension of "
-            f"{place.num_blocks} blocks stepping {place.block_stride} bytes, the layer's block stride"
-        )
-    rest = [(n, s) for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if d != dims[0] and n > 1]
-    return _runs(layer, label, rest, itemsize)
 
 
 def _view_runs(
