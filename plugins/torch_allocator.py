@@ -288,9 +288,8 @@ class MLALayout(PieceLayout):
         spec = _attention(self, spec, "an MLA spec")
         tokens, heads = spec.storage_block_size, spec.num_kv_heads
         width = spec.real_page_size_bytes // (tokens * heads * dtype_size(spec.dtype))
-        if heads == 1:
-            return (Piece(spec.dtype, (tokens, width), (width, 1), 0, 0),)
-        return (Piece(spec.dtype, (tokens, heads, width), (heads * width, width, 1), 0, 0),)
+        shape = (tokens, width) if heads == 1 else (tokens, heads, width)
+        return (Piece(spec.dtype, shape, contiguous_strides(shape), 0, 0),)
 
 
 @dataclass(frozen=True)
