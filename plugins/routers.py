@@ -89,15 +89,9 @@ class UniformType(Router):
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
     """The ``d`` in ``[lower_bound, max(values)]`` minimising ``sum((d - x % d) % d)``; ties to larger ``d``."""
-    top = max(values)
-    if lower_bound > top:
-        return lower_bound
-    best, best_cost = lower_bound, None
-    for d in range(lower_bound, top + 1):
-        cost = sum((d - x % d) % d for x in values)
-        if best_cost is None or cost <= best_cost:
-            best, best_cost = d, cost
-    return best
+    candidates = range(lower_bound, max(values) + 1)
+    # the least padding, ties to the larger d; lower_bound itself when it exceeds every value
+    return min(candidates, key=lambda d: (sum((d - x % d) % d for x in values), -d), default=lower_bound)
 
 
 def _one_block_size(specs: Mapping[str, KVCacheSpec], what: str) -> int:
