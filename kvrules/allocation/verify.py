@@ -131,23 +131,19 @@ def verify_views(
     """
     cache: RunCache = {}
     for layer, place in placements.items():
+        views = views_by_layer.get(layer)
         try:
-            _verify_layer(layer, place, views_by_layer.get(layer), buffers, cache)
+            if views is None:
+                raise AllocationError(f"layer {layer!r} has no view")
+            buffer = buffers[place.tensor]
+            runs: list[tuple[int, int]] = []
+            for k, view in enumerate(views if isinstance(views, tuple) else (views,)):
+                runs.extend(_view_runs(layer, k, view, buffer, place, cache))
+            _check_tiling(layer, runs, place)
         except AllocationError as error:
             if layouts is None or layer not in layouts:
                 raise
             raise AllocationError(f"{error} (views built by view layout {layouts[layer]!r})") from None
-
-
-def _verify_layer(layer: str, place: Placement, views: Any, buffers: Sequence[Any], cache: RunCache) -> None:
-    if views is None:
-        raise AllocationError(f"layer {layer!r} has no view")
-    buffer = buffers[place.tensor]
-    items = views if isinstance(views, tuple) else (views,)
-    runs: list[tuple[int, int]] = []
-    for k, view in enumerate(items):
-        runs.extend(_view_runs(layer, k, view, buffer, place, cache))
-    _check_tiling(layer, runs, place)
 
 
 __all__ = ["MAX_RUNS", "verify_views"]
