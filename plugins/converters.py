@@ -85,9 +85,7 @@ class FullAllocationFallback(Fallback):
         if any(s.sized_after_unification for s in values):
             return declines("a hidden_state_cache layer is present; vLLM 0.28 has no fallback for it.")
         for spec in values:
-            if isinstance(spec, MLAAttentionSpec):
-                continue
-            if type(spec) is not SlidingWindowSpec:
+            if not isinstance(spec, MLAAttentionSpec) and type(spec) is not SlidingWindowSpec:
                 return declines(
                     f"a {spec.type_name} layer is present; only MLA + sliding-window models qualify."
                 )

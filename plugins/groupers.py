@@ -26,7 +26,7 @@ class VllmGroupSize(Grouper):
     def check(self, specs: Mapping[str, KVCacheSpec], ctx: PlanContext) -> Check:
         """Applies to any unified specs; the groups are made here and handed to :meth:`group`."""
         groups = self._groups(specs)
-        sizes = [length for _, length in groups.buckets]
+        sizes = groups.sizes
         smallest, largest = min(sizes), max(sizes)
         size = groups.size
         why = (
@@ -47,16 +47,16 @@ class VllmGroupSize(Grouper):
     @staticmethod
     def _groups(specs: Mapping[str, KVCacheSpec]) -> _Grouped:
         buckets = buckets_by_spec(specs)
-        size = vllm_group_size([len(names) for _, names in buckets])
-        groups = tuple(split_buckets(buckets, size))
-        return _Grouped([(spec, len(names)) for spec, names in buckets], size, groups)
+        sizes = [len(names) for _, names in buckets]
+        size = vllm_group_size(sizes)
+        return _Grouped(sizes, size, tuple(split_buckets(buckets, size)))
 
 
 @dataclass(frozen=True)
 class _Grouped:
-    """vLLM's grouping of some specs: each bucket's spec and layer count, the group size, the groups."""
+    """vLLM's grouping of some specs: each bucket's layer count, the group size, the groups."""
 
-    buckets: list[tuple[KVCacheSpec, int]]
+    sizes: list[int]
     size: int
     groups: tuple[KVCacheGroup, ...]
 

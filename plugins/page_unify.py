@@ -17,10 +17,18 @@ from kvrules.plugin import Check, LayerStrategy, PlanContext, RuleRegistry, appl
 
 
 @dataclass(frozen=True)
-class MambaPad(LayerStrategy):
-    """Pad a Mamba state page up to the target page; the block size stays."""
+class _Pad(LayerStrategy):
+    """A strategy that pads the layer's page to the target (``page_size_padded``)."""
 
     touches: ClassVar[frozenset[str]] = frozenset({"page_size_padded"})
+
+    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
+        return evolved(spec, page_size_padded=target)
+
+
+@dataclass(frozen=True)
+class MambaPad(_Pad):
+    """Pad a Mamba state page up to the target page; the block size stays."""
 
     name: str = "mamba-pad"
     priority: int = 300
@@ -33,9 +41,6 @@ class MambaPad(LayerStrategy):
             f"Mamba page {spec.page_size_bytes} bytes is fixed by its state shapes; pad it to "
             f"{target} bytes (+{target - spec.page_size_bytes} bytes) and keep block_size {spec.block_size}."
         )
-
-    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return evolved(spec, page_size_padded=target)
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,8 @@ class BlockScale(LayerStrategy):
 
 
 @dataclass(frozen=True)
-class StridePad(LayerStrategy):
+class StridePad(_Pad):
     """Pad an attention page whose backend reads KV pages by block stride."""
-
-    touches: ClassVar[frozenset[str]] = frozenset({"page_size_padded"})
 
     name: str = "stride-pad"
     priority: int = 100
@@ -96,15 +99,10 @@ class StridePad(LayerStrategy):
             f"{target} bytes (+{target - spec.page_size_bytes})."
         )
 
-    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return evolved(spec, page_size_padded=target)
-
 
 @dataclass(frozen=True)
-class AttentionPad(LayerStrategy):
+class AttentionPad(_Pad):
     """Pad any attention page except MLA's (vLLM 0.33: ``indexes_kv_by_block_stride`` is gone)."""
-
-    touches: ClassVar[frozenset[str]] = frozenset({"page_size_padded"})
 
     name: str = "attention-pad"
     priority: int = 100
@@ -120,9 +118,6 @@ class AttentionPad(LayerStrategy):
             f"vLLM 0.33 pads every non-MLA attention page: {spec.page_size_bytes} -> {target} bytes "
             f"(+{target - spec.page_size_bytes})."
         )
-
-    def apply(self, layer: str, spec: KVCacheSpec, target: int, ctx: PlanContext) -> KVCacheSpec:
-        return evolved(spec, page_size_padded=target)
 
 
 @hookimpl

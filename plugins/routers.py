@@ -89,23 +89,9 @@ class UniformType(Router):
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
     """The ``d`` in ``[lower_bound, max(values)]`` minimising ``sum((d - x % d) % d)``; ties to larger ``d``."""
-    top = max(values)
-    if lower_bound > top:
-        return lower_bound
-    best, best_cost = lower_bound, None
-    for d in range(lower_bound, top + 1):
-        cost = sum((d - x % d) % d for x in values)
-        if best_cost is None or cost <= best_cost:
-            best, best_cost = d, cost
-    return best
-
-
-def layer_tuple_count(specs: Mapping[str, KVCacheSpec]) -> int:
-    """How many layers have the most frequent page size."""
-    counts: dict[int, int] = {}
-    for spec in specs.values():
-        counts[spec.page_size_bytes] = counts.get(spec.page_size_bytes, 0) + 1
-    return max(counts.values())
+    candidates = range(lower_bound, max(values) + 1)
+    # the least padding, ties to the larger d; lower_bound itself when it exceeds every value
+    return min(candidates, key=lambda d: (sum((d - x % d) % d for x in values), -d), default=lower_bound)
 
 
 def _one_block_size(specs: Mapping[str, KVCacheSpec], what: str) -> int:
@@ -159,31 +145,19 @@ class DeepseekV4Packing(Router):
                     f"deepseekv4-packing: layer {name!r} is {spec.type_name}; this packing holds only "
                     "mla and sliding_window_mla layers"
                 )
-        values = ([layer_tuple_count(mla)] if mla else []) + [layer_tuple_count(b) for b in buckets.values()]
+        packs = {key: PackBucket.of(bucket) for key, bucket in buckets.items()}
+        values = ([PackBucket.of(mla).repeats] if mla else []) + [p.repeats for p in packs.values()]
         n = approximate_gcd(values, lower_bound=values[0])
         groups: list[KVCacheGroup] = []
         if mla:
             groups.append(KVCacheGroup(tuple(mla), UniformTypeKVCacheSpecs(_one_block_size(mla, "MLA"), mla)))
-        for (block_size, window), bucket in buckets.items():
-            by_page: dict[int, list[str]] = {}
-            for name, spec in bucket.items():
-                by_page.setdefault(spec.page_size_bytes, []).append(name)
-            counts = {page: len(names) for page, names in by_page.items()}
-            if len(set(counts.values())) != 1:
+        for (block_size, window), pack in packs.items():
+            if not pack.balanced:
                 raise GroupingError(
                     f"deepseekv4-packing: sliding-window MLA layers with block_size {block_size} and window "
-                    f"{window} cannot be cut into layer tuples: page sizes occur {counts} times"
+                    f"{window} cannot be cut into layer tuples: page sizes occur {pack.counts} times"
                 )
-            tuples = list(zip(*by_page.values(), strict=True))
-            k = cdiv(len(tuples), n)
-            for i in range(k):
-                names = [name for tup in tuples[i::k] for name in tup]
-                groups.append(
-                    KVCacheGroup(
-                        tuple(names),
-                        UniformTypeKVCacheSpecs(block_size, {m: bucket[m] for m in names}),
-                    )
-                )
+            groups += pack.cut(cdiv(pack.repeats, n))
         return groups, f"layer-tuple counts {values} give {n} layer tuples per group; {len(groups)} groups."
 
 
@@ -305,14 +279,19 @@ class PackBucket:
         return cls(specs, by_page)
 
     @property
+    def counts(self) -> dict[int, int]:
+        """Page size -> how many layers have it."""
+        return {page: len(names) for page, names in self.by_page.items()}
+
+    @property
     def balanced(self) -> bool:
         """Every page size has as many layers (a 1:1 layer pattern)."""
-        return len({len(names) for names in self.by_page.values()}) == 1
+        return len(set(self.counts.values())) == 1
 
     @property
     def repeats(self) -> int:
         """Layers of the most frequent page size (``get_max_layers_per_page_size``)."""
-        return max(len(names) for names in self.by_page.values())
+        return max(self.counts.values())
 
     @property
     def first_page(self) -> int:
@@ -325,22 +304,26 @@ class PackBucket:
 
     def groups(self, count: int) -> list[KVCacheGroup]:
         """The bucket whole (``count`` 1) or cut into ``count`` groups of pattern repeats."""
-        block = next(iter(self.specs.values())).block_size
         if count == 1:
+            block = next(iter(self.specs.values())).block_size
             return [KVCacheGroup(tuple(self.specs), UniformTypeKVCacheSpecs(block, dict(self.specs)))]
         if not self.balanced:
-            counts = {page: len(names) for page, names in self.by_page.items()}
             raise GroupingError(
                 f"layout-packing: the bucket of {next(iter(self.specs))!r} must be cut into {count} "
-                f"groups but its page sizes occur {counts} times (no 1:1 layer pattern)"
+                f"groups but its page sizes occur {self.counts} times (no 1:1 layer pattern)"
             )
+        return self.cut(count)
+
+    def cut(self, count: int) -> list[KVCacheGroup]:
+        """A balanced bucket in ``count`` groups: group ``i`` holds every ``count``-th pattern
+        repeat (one layer of each page size) from repeat ``i``."""
+        block = next(iter(self.specs.values())).block_size
         repeats = list(zip(*self.by_page.values(), strict=True))
         out = []
         for i in range(count):
             names = [name for repeat in repeats[i::count] for name in repeat]
-            out.append(
-                KVCacheGroup(tuple(names), UniformTypeKVCacheSpecs(block, {n: self.specs[n] for n in names}))
-            )
+            members = {n: self.specs[n] for n in names}
+            out.append(KVCacheGroup(tuple(names), UniformTypeKVCacheSpecs(block, members)))
         return out
 
 

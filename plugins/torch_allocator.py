@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from kvrules import AllocationError, AttentionSpec, KVCacheSpec, KVQuantMode, MambaSpec, hookimpl
 from kvrules.dtypes import dtype_size, to_torch
@@ -55,6 +55,7 @@ from kvrules.specs import quantized_head_dim
 
 # -- the view layouts ----------------------------------------------------------------------------
 SCALE_DTYPE = "float32"
+T = TypeVar("T")
 
 _CACHE: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("kvrules_view_cache", default=None)
 
@@ -70,16 +71,23 @@ def _view_cache() -> Iterator[None]:
         _CACHE.reset(token)
 
 
-def _typed(raw: Any, dtype: str, size: int) -> Any:
+def _cached(key: tuple[Any, ...], make: Callable[[], T]) -> T:
+    """``make()``, made once per ``key`` inside :func:`_view_cache` (each time outside it)."""
     cache = _CACHE.get()
-    key = ("typed", id(raw), dtype)
-    if cache is not None and key in cache:
-        return cache[key]
-    elements = int(raw.numel())
-    typed = (raw if elements % size == 0 else raw[: elements - elements % size]).view(to_torch(dtype))
-    if cache is not None:
-        cache[key] = typed
-    return typed
+    if cache is None:
+        return make()
+    if key not in cache:
+        cache[key] = make()
+    found: T = cache[key]
+    return found
+
+
+def _typed(raw: Any, dtype: str, size: int) -> Any:
+    def view() -> Any:
+        elements = int(raw.numel())
+        return (raw if elements % size == 0 else raw[: elements - elements % size]).view(to_torch(dtype))
+
+    return _cached(("typed", id(raw), dtype), view)
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -112,18 +120,6 @@ class _Geometry:
 
 
 def _geometry(layout: PieceLayout, spec: KVCacheSpec, block_stride: int, num_blocks: int) -> _Geometry:
-    cache = _CACHE.get()
-    key = ("geometry", id(layout), id(spec), block_stride, num_blocks)
-    if cache is not None and key in cache:
-        found: _Geometry = cache[key]
-        return found
-    geometry = _make_geometry(layout, spec, block_stride, num_blocks)
-    if cache is not None:
-        cache[key] = geometry
-    return geometry
-
-
-def _make_geometry(layout: PieceLayout, spec: KVCacheSpec, block_stride: int, num_blocks: int) -> _Geometry:
     pieces = layout.pieces(spec)
     out = []
     for piece in pieces:
@@ -155,7 +151,8 @@ class PieceLayout(ViewLayout):
     def build(self, raw: Any, place: Placement) -> Any:
         import torch
 
-        geometry = _geometry(self, place.spec, place.block_stride, place.num_blocks)
+        key = ("geometry", id(self), id(place.spec), place.block_stride, place.num_blocks)
+        geometry = _cached(key, lambda: _geometry(self, place.spec, place.block_stride, place.num_blocks))
         end = place.page_start(place.num_blocks - 1) + place.content_bytes
         if end > int(raw.numel()):
             raise AllocationError(
@@ -291,9 +288,8 @@ class MLALayout(PieceLayout):
         spec = _attention(self, spec, "an MLA spec")
         tokens, heads = spec.storage_block_size, spec.num_kv_heads
         width = spec.real_page_size_bytes // (tokens * heads * dtype_size(spec.dtype))
-        if heads == 1:
-            return (Piece(spec.dtype, (tokens, width), (width, 1), 0, 0),)
-        return (Piece(spec.dtype, (tokens, heads, width), (heads * width, width, 1), 0, 0),)
+        shape = (tokens, width) if heads == 1 else (tokens, heads, width)
+        return (Piece(spec.dtype, shape, contiguous_strides(shape), 0, 0),)
 
 
 @dataclass(frozen=True)
@@ -303,18 +299,16 @@ class MambaStatesLayout(PieceLayout):
     def supports(self, spec: KVCacheSpec) -> Check:
         if spec.page_format != "state":
             return declines(f"{spec.type_name} is not a Mamba spec.")
-        spec = cast(MambaSpec, spec)
-        offset = 0
-        for shape, dtype, nbytes in zip(spec.shapes, spec.dtypes, spec.state_bytes, strict=True):
-            if offset % dtype_size(dtype):
+        pieces = self.pieces(spec)
+        for piece in pieces:
+            if piece.offset % dtype_size(piece.dtype):
                 return declines(
-                    f"state {list(shape)} ({dtype}) would start at byte {offset}, not a multiple of "
-                    f"{dtype_size(dtype)}; reorder the states."
+                    f"state {list(piece.shape)} ({piece.dtype}) would start at byte {piece.offset}, not a "
+                    f"multiple of {dtype_size(piece.dtype)}; reorder the states."
                 )
-            offset += nbytes
         return applies(
-            f"{len(spec.shapes)} state views (num_blocks, *shape) at byte offsets "
-            f"{[p.offset for p in self.pieces(spec)]} of each {spec.page_size_bytes}-byte page."
+            f"{len(pieces)} state views (num_blocks, *shape) at byte offsets "
+            f"{[p.offset for p in pieces]} of each {spec.page_size_bytes}-byte page."
         )
 
     def pieces(self, spec: KVCacheSpec) -> tuple[Piece, ...]:

@@ -13,6 +13,7 @@ torch; the built-in ``torch`` allocator does, lazily.
 from __future__ import annotations
 
 import traceback
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,10 +56,7 @@ class Allocation:
     @property
     def nbytes(self) -> int:
         """Bytes allocated, each distinct allocation counted once."""
-        seen: dict[int, int] = {}
-        for buf in self.buffers:
-            seen[id(buf)] = int(buf.numel()) * int(buf.element_size())
-        return sum(seen.values())
+        return sum({id(buf): int(buf.numel()) * int(buf.element_size()) for buf in self.buffers}.values())
 
     @property
     def num_blocks(self) -> int:
@@ -80,9 +78,6 @@ class Allocation:
 
     def summary(self) -> dict[str, Any]:
         """A plain-JSON report: device, allocator, bytes, buffers, and layers per view layout."""
-        per_layout: dict[str, int] = {}
-        for name in self.layouts.values():
-            per_layout[name] = per_layout.get(name, 0) + 1
         return {
             "worker": self.worker,
             "device": self.device,
@@ -92,7 +87,7 @@ class Allocation:
             "allocations": len({id(b) for b in self.buffers}),
             "allocated_bytes": self.nbytes,
             "layers": len(self.views),
-            "view_layouts": per_layout,
+            "view_layouts": dict(Counter(self.layouts.values())),
         }
 
 

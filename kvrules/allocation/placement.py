@@ -25,7 +25,10 @@ def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tupl
     # every block takes at least one byte of a buffer: no more blocks than bytes
     as_bytes(wplan.num_blocks, f"worker {worker}: num_blocks", error=AllocationError)
     for index, tensor in enumerate(tensors):
-        check_tensor(tensor, f"tensor {index} of worker {worker}")
+        for name in ("size", "offset", "block_stride"):
+            as_bytes(
+                getattr(tensor, name), f"tensor {index} of worker {worker}: {name}", error=AllocationError
+            )
     packed = [t for t in tensors if t.block_stride > 0]
     if packed and len(packed) != len(tensors):
         raise AllocationError(
@@ -52,9 +55,7 @@ def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tupl
                     f"layer {layer!r} is in tensors {found[layer].tensor} and {index} of worker {worker}; "
                     "a layer's pages live in one tensor"
                 )
-            found[layer] = _placement(
-                layer, spec, index, tensor.size, tensor.offset, tensor.block_stride, wplan.num_blocks
-            )
+            found[layer] = _placement(layer, spec, index, tensor, wplan.num_blocks)
     missing = [n for n in wplan.layer_names() if n not in found]
     if missing:
         raise AllocationError(
@@ -65,17 +66,10 @@ def placements_for(plan: Plan, worker: int) -> tuple[tuple[Placement, ...], tupl
     return placements, sizes, backing
 
 
-def check_tensor(tensor: KVCacheTensor, where: str) -> None:
-    """:raises AllocationError: ``size``, ``offset`` or ``block_stride`` is not an int from 0 to
-    :data:`~kvrules.values.MAX_BYTES` bytes (the largest buffer torch can make), naming ``where``."""
-    for name in ("size", "offset", "block_stride"):
-        as_bytes(getattr(tensor, name), f"{where}: {name}", error=AllocationError)
-
-
 def _placement(
-    layer: str, spec: KVCacheSpec, index: int, size: int, offset: int, block_stride: int, num_blocks: int
+    layer: str, spec: KVCacheSpec, index: int, tensor: KVCacheTensor, num_blocks: int
 ) -> Placement:
-    page = spec.page_size_bytes
+    page, size, offset, block_stride = spec.page_size_bytes, tensor.size, tensor.offset, tensor.block_stride
     if block_stride > 0:
         blocks = size // block_stride
         if offset + page > block_stride:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import product
+from math import prod
 from typing import Any
 
 from kvrules.errors import AllocationError
@@ -19,53 +20,44 @@ from kvrules.plugin.allocator import Placement
 MAX_RUNS = 1 << 20
 
 
+Shape = tuple[int, ...]
+RunCache = dict[tuple[Shape, Shape, int, int, int], list[tuple[int, int]]]
+
+
 def _storage_key(tensor: Any) -> Any:
     storage = tensor.untyped_storage()
     return getattr(storage, "_cdata", None) or storage.data_ptr()
 
 
-def _runs(
-    layer: str, label: str, base: int, dims: list[tuple[int, int]], itemsize: int
-) -> list[tuple[int, int]]:
-    """Byte runs ``[start, end)`` covered by one block: ``dims`` are ``(size, stride in bytes)``."""
-    ordered = sorted(dims, key=lambda d: d[1])
-    run = itemsize
-    while ordered and ordered[0][1] == run:
-        size, stride = ordered.pop(0)
-        run = size * stride
-    count = 1
-    for size, _ in ordered:
-        count *= size
-    if count > MAX_RUNS:
-        raise AllocationError(
-            f"layer {layer!r}: {label} covers one block in {count} separate pieces; too many to verify"
-        )
-    ranges = [range(size) for size, _ in ordered]
-    strides = [stride for _, stride in ordered]
-    return [
-        (start, start + run)
-        for start in (
-            base + sum(i * s for i, s in zip(index, strides, strict=True)) for index in product(*ranges)
-        )
-    ]
-
-
-Shape = tuple[int, ...]
-RunCache = dict[tuple[Shape, Shape, int, int, int], list[tuple[int, int]]]
-
-
 def _block_runs(
     layer: str, label: str, shape: Shape, stride: Shape, itemsize: int, place: Placement
 ) -> list[tuple[int, int]]:
-    """Byte runs of block 0 relative to the view's first byte (``stride`` in bytes)."""
+    """Byte runs ``[start, end)`` of block 0 relative to the view's first byte (``stride`` in bytes)."""
     dims = [d for d, n in enumerate(shape) if n == place.num_blocks and stride[d] == place.block_stride]
     if not dims:
         raise AllocationError(
             f"layer {layer!r}: {label} (shape {shape}, byte strides {stride}) has no dimension of "
             f"{place.num_blocks} blocks stepping {place.block_stride} bytes, the layer's block stride"
         )
-    rest = [(n, s) for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if d != dims[0] and n > 1]
-    return _runs(layer, label, 0, rest, itemsize)
+    # the other dimensions as (size, byte stride), the innermost first; those contiguous with
+    # the element (and each other) make one run
+    ordered = sorted(
+        ((n, s) for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if d != dims[0] and n > 1),
+        key=lambda d: d[1],
+    )
+    run = itemsize
+    while ordered and ordered[0][1] == run:
+        size, step = ordered.pop(0)
+        run = size * step
+    count = prod(size for size, _ in ordered)
+    if count > MAX_RUNS:
+        raise AllocationError(
+            f"layer {layer!r}: {label} covers one block in {count} separate pieces; too many to verify"
+        )
+    ranges = [range(size) for size, _ in ordered]
+    strides = [stride for _, stride in ordered]
+    starts = (sum(i * s for i, s in zip(index, strides, strict=True)) for index in product(*ranges))
+    return [(start, start + run) for start in starts]
 
 
 def _view_runs(
@@ -139,23 +131,19 @@ def verify_views(
     """
     cache: RunCache = {}
     for layer, place in placements.items():
+        views = views_by_layer.get(layer)
         try:
-            _verify_layer(layer, place, views_by_layer.get(layer), buffers, cache)
+            if views is None:
+                raise AllocationError(f"layer {layer!r} has no view")
+            buffer = buffers[place.tensor]
+            runs: list[tuple[int, int]] = []
+            for k, view in enumerate(views if isinstance(views, tuple) else (views,)):
+                runs.extend(_view_runs(layer, k, view, buffer, place, cache))
+            _check_tiling(layer, runs, place)
         except AllocationError as error:
             if layouts is None or layer not in layouts:
                 raise
             raise AllocationError(f"{error} (views built by view layout {layouts[layer]!r})") from None
-
-
-def _verify_layer(layer: str, place: Placement, views: Any, buffers: Sequence[Any], cache: RunCache) -> None:
-    if views is None:
-        raise AllocationError(f"layer {layer!r} has no view")
-    buffer = buffers[place.tensor]
-    items = views if isinstance(views, tuple) else (views,)
-    runs: list[tuple[int, int]] = []
-    for k, view in enumerate(items):
-        runs.extend(_view_runs(layer, k, view, buffer, place, cache))
-    _check_tiling(layer, runs, place)
 
 
 __all__ = ["MAX_RUNS", "verify_views"]

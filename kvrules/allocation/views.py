@@ -64,11 +64,7 @@ def resolve_view_layouts(
     a default layout that declined (with the first layer it declined).
     """
     named, mapping = _parse_choice(placements, registry, choice)
-    defaults = [
-        _layout_by_name(registry, lay.name)
-        for lay in registry.ordered_view_layouts()
-        if getattr(lay, "default", False)
-    ]
+    defaults = [lay for lay in registry.ordered_view_layouts() if lay.default]
     cache: dict[int, tuple[ViewLayout, Check]] = {}  # by id: the plan keeps every spec alive
     declined: set[tuple[str, str]] = set()
     chosen: dict[str, ViewLayout] = {}
@@ -76,27 +72,21 @@ def resolve_view_layouts(
     for place in placements:
         spec = place.spec
         forced = mapping.get(place.layer) or mapping.get(spec.type_name)
-        if forced is not None:
-            check = ask.check("view-layout", forced, "supports", spec)
-            if not check.applies:
+        asked = forced if forced is not None else named  # never both: a mapping or one name
+        if asked is not None:
+            check = ask.check("view-layout", asked, "supports", spec)
+            if check.applies:
+                used_named = True
+                chosen[place.layer] = asked
+                ask.record(
+                    "allocate", asked.name, "applied", f"asked for by name: {check.reason}", layer=place.layer
+                )
+                continue
+            if forced is not None:
                 raise AllocationError(
                     f"layer {place.layer!r} ({spec.type_name}): view layout {forced.name!r} was asked for "
                     f"but declines: {check.reason}"
                 )
-            chosen[place.layer] = forced
-            ask.record(
-                "allocate", forced.name, "applied", f"asked for by name: {check.reason}", layer=place.layer
-            )
-            continue
-        if named is not None:
-            check = ask.check("view-layout", named, "supports", spec)
-            if check.applies:
-                used_named = True
-                chosen[place.layer] = named
-                ask.record(
-                    "allocate", named.name, "applied", f"asked for by name: {check.reason}", layer=place.layer
-                )
-                continue
         hit = cache.get(id(spec))
         if hit is None:
             hit = _default_layout(place, defaults, ask, declined)
