@@ -27,7 +27,6 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Callable
 from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any, Literal
@@ -91,6 +90,14 @@ class _DuplicateKey(Exception):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
+
+
+class _Constant(Exception):
+    """Raised inside the JSON decoder by :func:`_refuse_constant`."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
 
 
 def _kind(mode: int) -> str:
@@ -235,9 +242,16 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _decode_json(text: str, source: str) -> Any:
+def _refuse_constant(name: str) -> Any:
+    """A ``parse_constant`` hook that refuses ``NaN``, ``Infinity`` and ``-Infinity``."""
+    raise _Constant(name)
+
+
+def _decode_json(text: str, source: str, finite: bool) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(
+            text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant if finite else None
+        )
     except json.JSONDecodeError as exc:
         raise ModelFileError(
             f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
@@ -247,6 +261,8 @@ def _decode_json(text: str, source: str) -> Any:
             f"{source}: key {shown(exc.key)} appears twice in one JSON object; keys must be unique "
             "(the later value would silently replace the earlier)"
         ) from None
+    except _Constant as exc:
+        raise ModelFileError(f"{source}: {exc.name} is not allowed: JSON numbers are finite") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise ModelFileError(f"{source}: invalid JSON: {exc}") from None
 
@@ -256,9 +272,6 @@ def _decode_toml(text: str, source: str) -> Any:
         return tomllib.loads(text)
     except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
         raise ModelFileError(f"{source}: invalid TOML: {exc}") from None
-
-
-_DECODERS: dict[str, Callable[[str, str], Any]] = {"json": _decode_json, "toml": _decode_toml}
 
 
 def _children(value: Any) -> list[tuple[str, Any]]:
@@ -304,16 +317,18 @@ def check_document(data: Any, source: str) -> None:
             stack.append((where + step, item, depth + 1))
 
 
-def loads(text: str, source: str, fmt: Format) -> Any:
-    """Decode ``text`` (from ``source``, for messages) as ``fmt`` (see the module docstring).
+def loads(text: str, source: str, fmt: Format, *, finite: bool = False) -> Any:
+    """Decode ``text`` (from ``source``, for messages) as ``fmt`` (see the module docstring);
+    ``finite``: refuse JSON's non-standard ``NaN``, ``Infinity`` and ``-Infinity`` too.
 
-    :raises ModelFileError: invalid syntax, a duplicate key, too deep, or a lone surrogate.
+    :raises ModelFileError: invalid syntax, a duplicate key, too deep, a lone surrogate, or
+        (``finite``) one of those constants.
     """
     depth = nesting_depth(text, fmt)
     if depth > MAX_NESTING:
         raise _too_deep(source, depth)
     try:
-        data = _DECODERS[fmt](text, source)
+        data = _decode_json(text, source, finite) if fmt == "json" else _decode_toml(text, source)
     except RecursionError:
         raise _too_deep(source, f"more than {MAX_NESTING}") from None
     # JSON depth is its bracket depth; TOML's dotted keys nest without brackets

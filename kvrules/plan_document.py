@@ -18,6 +18,7 @@ import msgspec
 from kvrules.config import EngineConfig
 from kvrules.decisions import Decision, Name
 from kvrules.errors import ModelFileError
+from kvrules.jsonfile import loads
 from kvrules.plan_records import (
     SCHEMA,
     SCHEMAS,
@@ -98,30 +99,22 @@ class _Document(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def decode_json(text: str | bytes) -> dict[str, Any]:
-    """The JSON object of a plan document's text, refusing ``NaN`` / ``Infinity`` and a repeated
-    key (msgspec's decoder keeps the last of a repeated key, so the standard decoder reads it).
+    """The JSON object of a plan document's text (``bytes`` in UTF-8, -16 or -32), read as model
+    files are (:func:`kvrules.jsonfile.loads`), refusing ``NaN`` / ``Infinity`` too.
 
-    :raises ModelFileError: text that is not JSON, holds those constants or a repeated key.
+    :raises ModelFileError: not text, not JSON, a repeated key, too deep, or those constants.
     """
-    try:
-        data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, too many digits
-        if isinstance(e, ModelFileError):
-            raise
-        raise ModelFileError(f"plan document: not JSON text ({e}); write it with Plan.to_json()") from None
-    return typed(data, dict[str, Any], "plan")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ModelFileError(f"plan document: {name} is not allowed: JSON numbers are finite")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    made = dict(pairs)
-    if len(made) < len(pairs):
-        key = next(k for i, (k, _) in enumerate(pairs) if any(k == other for other, _ in pairs[:i]))
-        raise ModelFileError(f"plan document: key {key!r} appears twice in one object; keep one")
-    return made
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode(json.detect_encoding(text))
+        except UnicodeDecodeError as exc:
+            raise ModelFileError(f"plan document: not text in UTF-8, -16 or -32 ({exc})") from None
+    if not isinstance(text, str):
+        raise ModelFileError(
+            f"plan document: {shown(text)} is not allowed: the JSON text (str) or its bytes; "
+            "write it with Plan.to_json()"
+        )
+    return typed(loads(text, "plan document", "json", finite=True), dict[str, Any], "plan")
 
 
 def plan_fields(

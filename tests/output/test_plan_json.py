@@ -96,12 +96,12 @@ def test_a_repeated_key_is_refused(text: str) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ['{"schema":', b"\xff\xfe\x00", "[1, 2]", "1" * 5000, "[" * 100_000 + "]" * 100_000],
-    ids=["truncated", "not-unicode", "array", "too-many-digits", "too-deep"],
+    ['{"schema":', b"\xff\xfe\x00", "[1, 2]", "1" * 5000, "[" * 100_000 + "]" * 100_000, 5, None],
+    ids=["truncated", "not-unicode", "array", "too-many-digits", "too-deep", "an-int", "none"],
 )
-def test_text_that_is_not_a_plan_object_is_a_model_file_error(bad: str | bytes) -> None:
+def test_text_that_is_not_a_plan_object_is_a_model_file_error(bad: object) -> None:
     with pytest.raises(ModelFileError, match=r"plan"):
-        Plan.from_json(bad)
+        Plan.from_json(bad)  # type: ignore[arg-type]
 
 
 # -- the published schema against the result types ---------------------------------------------
