@@ -22,6 +22,7 @@ from kvrules.jsonfile import loads
 from kvrules.plan_records import (
     SCHEMA,
     SCHEMAS,
+    WASTE_TOTALS,
     BackingTensor,
     Blocks,
     Count,
@@ -44,15 +45,6 @@ from kvrules.values import MAX_BYTES, MAX_TOKENS, shown
 Concurrency = Annotated[float, msgspec.Meta(ge=0, le=MAX_BYTES)] | None
 _SIZE_KEYS = ("page_size_bytes", "real_page_size_bytes", "padding_bytes")
 _MISSING = object()
-#: the waste report's totals over workers, each recomputed on read
-_WASTE_TOTALS = (
-    "allocated_bytes",
-    "real_bytes",
-    "page_padding_bytes",
-    "slot_padding_bytes",
-    "scale_bytes",
-    "efficiency",
-)
 
 
 class _Group(msgspec.Struct, frozen=True):
@@ -258,7 +250,7 @@ def _derived_figures(
             )
     if plan["waste"] is not None:
         doc, derived = data["waste"], plan["waste"].to_dict()
-        for key in _WASTE_TOTALS:
+        for key in WASTE_TOTALS:
             if key in doc:
                 yield f"waste.{key}", doc[key], derived[key]
         for i, (x, waste) in enumerate(zip(doc["workers"], plan["waste"].workers, strict=True)):

@@ -322,19 +322,24 @@ class WasteReport(msgspec.Struct, frozen=True):
         return (self.real_bytes - self.scale_bytes) / self.allocated_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        """Plan-schema form."""
-        return {
-            "allocated_bytes": self.allocated_bytes,
-            "real_bytes": self.real_bytes,
-            "page_padding_bytes": self.page_padding_bytes,
-            "slot_padding_bytes": self.slot_padding_bytes,
-            "scale_bytes": self.scale_bytes,
-            "efficiency": self.efficiency,
+        """Plan-schema form: the totals over workers (:data:`WASTE_TOTALS`), then the fields."""
+        return {total: getattr(self, total) for total in WASTE_TOTALS} | {
             "padding_slots": self.padding_slots,
             "ideal_max_concurrency": finite(self.ideal_max_concurrency),
             "ideal_capacity_tokens": self.ideal_capacity_tokens,
             "workers": [w.to_dict() for w in self.workers],
         }
+
+
+#: the figures of a :class:`WasteReport` summed (or, efficiency, derived) over its workers
+WASTE_TOTALS = (
+    "allocated_bytes",
+    "real_bytes",
+    "page_padding_bytes",
+    "slot_padding_bytes",
+    "scale_bytes",
+    "efficiency",
+)
 
 
 class UnifyResult(msgspec.Struct, frozen=True):
