@@ -265,3 +265,18 @@ def head_dim(config: HFConfig, hidden: int, heads: int) -> int:
     """``head_dim`` from the config, else ``hidden_size // num_attention_heads``."""
     value = config.opt_int("head_dim")
     return value if value is not None else hidden // heads
+
+
+def gqa_attention(
+    config: HFConfig, hidden: int, *, derived_head_dim: bool = False, attention_bias: bool = True
+) -> Attention:
+    """The common GQA block of ``config``, its fields read in this order: ``num_attention_heads``,
+    ``num_key_value_heads`` (default: the heads), ``head_dim`` (:func:`head_dim`; with
+    ``derived_head_dim`` always ``hidden / heads``), then, with ``attention_bias``, the q/k/v and o
+    biases from ``attention_bias``. A reader sets the other fields with ``dataclasses.replace``
+    afterwards, so that what they read comes after these (the order of the assumed-field notes)."""
+    heads = config.integer("num_attention_heads")
+    kv_heads = config.integer("num_key_value_heads", heads)
+    dim = hidden // heads if derived_head_dim else head_dim(config, hidden, heads)
+    bias = attention_bias and config.flag("attention_bias", False)
+    return Attention(hidden, heads, kv_heads, dim, qkv_bias=bias, o_bias=bias)

@@ -10,7 +10,7 @@ its differences: biases, QK norms, the norms of a layer, tied embeddings, and th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvrules.hf.config import HFConfig
 from kvrules.sizing.build import (
@@ -22,6 +22,7 @@ from kvrules.sizing.build import (
     final,
     fused_experts,
     gated_mlp,
+    gqa_attention,
     head_dim,
     router,
 )
@@ -372,12 +373,8 @@ def glm4_mtp(b: Builder, start: int, count: int, vocab: int, hidden: int, family
     (:func:`mtp_head`) around a whole MoE decoder layer."""
     c = b.config
     b.set_role(Role.MTP)
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        head_dim(c, hidden, heads),
+    att = replace(
+        gqa_attention(c, hidden, attention_bias=False),
         qkv_bias=_flag(c, family.qkv_bias),
         qk_norm="head" if c.flag("use_qk_norm", False) else None,
     )
@@ -508,15 +505,7 @@ def build_gpt_oss(b: Builder) -> tuple[int, int, int, bool]:
     the expert matrices as mxfp4 blocks and scales)."""
     c = b.config
     hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        head_dim(c, hidden, heads),
-        qkv_bias=True,
-        o_bias=True,
-    )
+    att = replace(gqa_attention(c, hidden, attention_bias=False), qkv_bias=True, o_bias=True)
     count, inter = c.integer("num_local_experts"), c.integer("intermediate_size")
     tied = c.flag("tie_word_embeddings", False)
     embedding(b, "model.embed_tokens.weight", vocab, hidden)
@@ -525,7 +514,7 @@ def build_gpt_oss(b: Builder) -> tuple[int, int, int, bool]:
         b.norm(f"{p}.input_layernorm", hidden, i)
         b.norm(f"{p}.post_attention_layernorm", hidden, i)
         attention(b, f"{p}.self_attn", i, att)
-        b.add(f"{p}.self_attn.sinks", (heads,), "attention", split=Split.COLUMN, layer=i, heads=heads)
+        b.add(f"{p}.self_attn.sinks", (att.heads,), "attention", split=Split.COLUMN, layer=i, heads=att.heads)
         router(b, f"{p}.mlp.router", i, hidden, count, bias=True)
         fused_experts(b, f"{p}.mlp.experts", i, hidden, inter, count, bias=True)
     final(b, "model.norm", hidden, vocab, tied)

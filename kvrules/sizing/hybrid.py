@@ -14,6 +14,7 @@ of ``qwen3_next.py`` (projections column-parallel by heads, ``out_proj`` row-par
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from kvrules.hf.config import HFConfig
@@ -25,7 +26,7 @@ from kvrules.sizing.build import (
     experts,
     final,
     gated_mlp,
-    head_dim,
+    gqa_attention,
     router,
 )
 from kvrules.sizing.dense import qwen_moe
@@ -199,15 +200,7 @@ def build_nemotron_h(b: Builder) -> tuple[int, int, int, bool]:
     hidden, vocab = c.integer("hidden_size"), c.integer("vocab_size")
     kinds = _nemotron_kinds(b)
     tied = c.flag("tie_word_embeddings", False)
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        head_dim(c, hidden, heads),
-        qkv_bias=c.flag("attention_bias", False),
-        o_bias=c.flag("attention_bias", False),
-    )
+    att = gqa_attention(c, hidden)
     embedding(b, "backbone.embeddings.weight", vocab, hidden)
     for i, kind in enumerate(kinds):
         p = f"backbone.layers.{i}"
@@ -246,8 +239,7 @@ def build_jamba(b: Builder) -> tuple[int, int, int, bool]:
     c = b.config
     hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
     tied = c.flag("tie_word_embeddings", False)
-    heads = c.integer("num_attention_heads")
-    att = Attention(hidden, heads, c.integer("num_key_value_heads", heads), hidden // heads)
+    att = gqa_attention(c, hidden, derived_head_dim=True, attention_bias=False)
     a_period, a_offset = c.integer("attn_layer_period", 8), c.integer("attn_layer_offset", 4, minimum=0)
     e_period, e_offset = c.integer("expert_layer_period", 2), c.integer("expert_layer_offset", 1, minimum=0)
     count = c.integer("num_experts", 16)
@@ -292,15 +284,7 @@ def build_granite_hybrid(b: Builder) -> tuple[int, int, int, bool]:
     hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
     tied = c.flag("tie_word_embeddings", True)
     kinds = c.sequence("layer_types", layers) or ["mamba"] * layers
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        hidden // heads,
-        qkv_bias=c.flag("attention_bias", False),
-        o_bias=c.flag("attention_bias", False),
-    )
+    att = gqa_attention(c, hidden, derived_head_dim=True)
     count = c.integer("num_local_experts", 0, minimum=0)
     shared = c.integer("shared_intermediate_size", 0, minimum=0)
     embedding(b, "model.embed_tokens.weight", vocab, hidden)
@@ -341,15 +325,7 @@ def build_falcon_h1(b: Builder) -> tuple[int, int, int, bool]:
     c = b.config
     hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
     tied = c.flag("tie_word_embeddings", False)
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        head_dim(c, hidden, heads),
-        qkv_bias=c.flag("attention_bias", False),
-        o_bias=c.flag("attention_bias", False),
-    )
+    att = gqa_attention(c, hidden)
     m_heads = c.integer("mamba_n_heads")
     d_ssm = c.integer("mamba_d_ssm", c.integer("mamba_expand", 2) * hidden)
     embedding(b, "model.embed_tokens.weight", vocab, hidden)
@@ -424,16 +400,8 @@ def build_qwen3_next(b: Builder) -> tuple[int, int, int, bool]:
     c = b.config
     hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
     tied = c.flag("tie_word_embeddings", False)
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        head_dim(c, hidden, heads),
-        qkv_bias=c.flag("attention_bias", False),
-        qk_norm="head",
-        q_rows_factor=2,
-    )
+    # Qwen3-Next's o_proj has no bias, whatever attention_bias says of q/k/v
+    att = replace(gqa_attention(c, hidden), o_bias=False, qk_norm="head", q_rows_factor=2)
     kinds = c.sequence("layer_types", layers)
     if kinds is None:
         every = c.integer("full_attention_interval", 4)

@@ -12,6 +12,8 @@ TP splits are vLLM's ``lfm2.py`` / ``lfm2_moe.py``: ``conv.in_proj`` column-para
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvrules.sizing.build import (
     Attention,
     Builder,
@@ -20,6 +22,7 @@ from kvrules.sizing.build import (
     experts,
     final,
     gated_mlp,
+    gqa_attention,
     router,
 )
 from kvrules.sizing.weights import Split
@@ -44,12 +47,8 @@ def lfm2_ff_dim(b: Builder) -> int:
 def lfm2_attention(b: Builder) -> Attention:
     """LFM2's attention block: ``out_proj`` and per-head ``q_layernorm`` / ``k_layernorm``."""
     c = b.config
-    hidden, heads = c.integer("hidden_size"), c.integer("num_attention_heads")
-    return Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        hidden // heads,
+    return replace(
+        gqa_attention(c, c.integer("hidden_size"), derived_head_dim=True, attention_bias=False),
         qk_norm="head",
         o_name="out_proj",
         q_norm_name="q_layernorm",

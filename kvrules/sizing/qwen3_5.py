@@ -23,6 +23,8 @@ row-parallel; the MTP ``fc`` column-parallel (``qwen3_5_mtp.py``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvrules.sizing.build import (
     Attention,
     Builder,
@@ -31,7 +33,7 @@ from kvrules.sizing.build import (
     final,
     fused_experts,
     gated_mlp,
-    head_dim,
+    gqa_attention,
     router,
 )
 from kvrules.sizing.weights import Role, Split
@@ -107,16 +109,8 @@ def build_qwen3_5(b: Builder) -> tuple[int, int, int, bool]:
     c = b.config
     hidden, layers, vocab = c.integer("hidden_size"), c.integer("num_hidden_layers"), c.integer("vocab_size")
     tied = c.flag("tie_word_embeddings", False)
-    heads = c.integer("num_attention_heads")
-    att = Attention(
-        hidden,
-        heads,
-        c.integer("num_key_value_heads", heads),
-        head_dim(c, hidden, heads),
-        qkv_bias=c.flag("attention_bias", False),
-        o_bias=c.flag("attention_bias", False),
-        qk_norm="head",
-        q_rows_factor=2 if c.flag("attn_output_gate", True) else 1,
+    att = replace(
+        gqa_attention(c, hidden), qk_norm="head", q_rows_factor=2 if c.flag("attn_output_gate", True) else 1
     )
     kinds = c.sequence("layer_types", layers)
     if kinds is None:
