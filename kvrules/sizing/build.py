@@ -192,6 +192,23 @@ def gated_mlp(
     b.linear(f"{prefix}.{down}", hidden, inter, component, split=Split.ROW, layer=layer, bias=bias)
 
 
+def gated_shared_expert(b: Builder, prefix: str, layer: int, hidden: int, inter: int) -> None:
+    """The shared expert ``<prefix>.shared_expert`` (a SwiGLU MLP of ``inter``) and its gate
+    ``<prefix>.shared_expert_gate`` ``[1, H]`` (replicated, never quantised), as Qwen2-MoE,
+    Qwen3-Next and Qwen3.5-MoE store them; nothing when ``inter`` is 0."""
+    if inter:
+        gated_mlp(b, f"{prefix}.shared_expert", layer, hidden, inter, component="shared_experts")
+        b.linear(
+            f"{prefix}.shared_expert_gate",
+            1,
+            hidden,
+            "shared_experts",
+            split=Split.REPLICATED,
+            layer=layer,
+            quantizable=False,
+        )
+
+
 def experts(
     b: Builder,
     prefix: str,

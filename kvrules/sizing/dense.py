@@ -22,6 +22,7 @@ from kvrules.sizing.build import (
     final,
     fused_experts,
     gated_mlp,
+    gated_shared_expert,
     gqa_attention,
     head_dim,
     router,
@@ -135,17 +136,7 @@ def qwen_moe(b: Builder, p: str, i: int) -> bool:
     router(b, f"{p}.gate", i, hidden, count)
     experts(b, f"{p}.experts", i, hidden, c.integer("moe_intermediate_size"), count)
     shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
-    if shared:
-        gated_mlp(b, f"{p}.shared_expert", i, hidden, shared, component="shared_experts")
-        b.linear(
-            f"{p}.shared_expert_gate",
-            1,
-            hidden,
-            "shared_experts",
-            split=Split.REPLICATED,
-            layer=i,
-            quantizable=False,
-        )
+    gated_shared_expert(b, p, i, hidden, shared)
     return True
 
 

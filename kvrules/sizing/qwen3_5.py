@@ -33,6 +33,7 @@ from kvrules.sizing.build import (
     final,
     fused_experts,
     gated_mlp,
+    gated_shared_expert,
     gqa_attention,
     router,
 )
@@ -68,17 +69,7 @@ def _moe(b: Builder, m: str, i: int) -> None:
     router(b, f"{m}.gate", i, hidden, count)
     fused_experts(b, f"{m}.experts", i, hidden, inter, count)
     shared = c.integer("shared_expert_intermediate_size", 512, minimum=0)
-    if shared:
-        gated_mlp(b, f"{m}.shared_expert", i, hidden, shared, component="shared_experts")
-        b.linear(
-            f"{m}.shared_expert_gate",
-            1,
-            hidden,
-            "shared_experts",
-            split=Split.REPLICATED,
-            layer=i,
-            quantizable=False,
-        )
+    gated_shared_expert(b, m, i, hidden, shared)
 
 
 def _layer(b: Builder, p: str, i: int, kind: str, att: Attention) -> None:
